@@ -1,0 +1,211 @@
+// backward(): replays the nodes reachable from the outputs in reverse tape order.
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd.h"
+#include "ops/ops.h"
+
+namespace tg {
+
+namespace {
+
+// Where tg::grad collects gradients instead of .grad().
+struct Capture {
+  std::unordered_map<const TensorImpl*, size_t> leaves;        // leaf impl -> input index
+  std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> slots;  // node -> (out, idx)
+  std::vector<Tensor> grads;
+};
+
+void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
+  if (!leaf->grad) {
+    leaf->grad = g.clone().impl_ptr();  // own storage: g may alias other gradients
+  } else {
+    Tensor(leaf->grad).add_(g);
+  }
+}
+
+void check_finite(const Node& node, size_t input, const Tensor& g) {
+  if (!is_floating(g.dtype())) return;
+  if (sum(logical_not(isfinite(g))).item<int64_t>() == 0) return;
+  bool nan = sum(ne(g, g)).item<int64_t>() > 0;
+  fail("anomaly", "backward of '", node.name, "' (tape position ", node.sequence_nr,
+       ") produced ", nan ? "NaN" : "Inf", " in the gradient of its input ", input, " (shape ",
+       shape_str(g.sizes()), ")");
+}
+
+void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+                  bool retain_graph, Capture* capture) {
+  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward",
+           "got ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::vector<Node*> roots;
+
+  auto deliver = [&](const Edge& e, const Tensor& g) {
+    if (e.node) {
+      auto& buf = buffers[e.node.get()];
+      if (buf.empty()) buf.resize(e.node->outputs.size());
+      Tensor& slot = buf[e.output_nr];
+      slot = slot.defined() ? add(slot, g) : g;
+    } else if (e.leaf) {
+      if (capture) {
+        auto it = capture->leaves.find(e.leaf.get());
+        if (it != capture->leaves.end()) {
+          Tensor& c = capture->grads[it->second];
+          c = c.defined() ? add(c, g) : g;
+        }
+      } else {
+        accumulate_leaf(e.leaf.get(), g);
+      }
+    }
+  };
+
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    TG_CHECK(out.defined() && out.requires_grad(), "backward", "output ", i,
+             " does not require grad and has no grad_fn (was it computed under NoGradGuard, "
+             "or from tensors without requires_grad?)");
+    Tensor g;
+    if (grad_outputs.empty() || !grad_outputs[i].defined()) {
+      TG_CHECK(out.numel() == 1, "backward",
+               "grad can be created implicitly only for a scalar output; output ", i,
+               " has shape ", shape_str(out.sizes()), ", so pass a gradient of that shape");
+      g = ones(out.sizes(), out.options());
+    } else {
+      g = grad_outputs[i];
+      TG_CHECK(g.sizes() == out.sizes(), "backward", "gradient ", i, " has shape ",
+               shape_str(g.sizes()), ", expected ", shape_str(out.sizes()));
+      TG_CHECK(g.dtype() == out.dtype() && g.device() == out.device(), "backward", "gradient ",
+               i, " is ", g.dtype(), " on ", g.device(), ", expected ", out.dtype(), " on ",
+               out.device());
+    }
+    Edge e;
+    if (out.grad_fn()) {
+      e.node = out.grad_fn();
+      e.output_nr = out.impl()->output_nr;
+      roots.push_back(e.node.get());
+    } else {
+      e.leaf = out.impl_ptr();
+    }
+    deliver(e, g);
+  }
+
+  // Every node reachable from the roots, then in reverse tape order.
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen(roots.begin(), roots.end());
+  std::vector<Node*> stack(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    for (const Edge& e : n->next)
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+  std::sort(order.begin(), order.end(),
+            [](Node* a, Node* b) { return a->sequence_nr > b->sequence_nr; });
+
+  for (Node* node : order) {
+    auto it = buffers.find(node);
+    if (it == buffers.end()) continue;
+    std::vector<Tensor> grads = std::move(it->second);
+    buffers.erase(it);
+    TG_CHECK(!node->released, "backward", "trying to backward through the graph a second time: "
+             "the saved tensors of '", node->name, "' were freed by the first backward; pass "
+             "retain_graph=true to it if you need to backward twice");
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!grads[k].defined()) {
+        const OutputMeta& m = node->outputs[k];
+        grads[k] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
+      }
+    }
+    if (capture) {
+      auto s = capture->slots.find(node);
+      if (s != capture->slots.end())
+        for (auto [out_nr, idx] : s->second) capture->grads[idx] = grads[out_nr];
+    }
+    std::vector<Tensor> in_grads = node->backward(grads);
+    TG_CHECK(in_grads.size() == node->next.size(), "backward", "internal: backward of '",
+             node->name, "' returned ", in_grads.size(), " gradients for ", node->next.size(),
+             " inputs");
+    if (!retain_graph) {
+      node->backward = nullptr;  // frees the saved tensors
+      node->released = true;
+    }
+    for (size_t i = 0; i < in_grads.size(); ++i) {
+      const Edge& e = node->next[i];
+      const Tensor& g = in_grads[i];
+      if (!e.valid() || !g.defined()) continue;
+      const Shape& want = e.node ? e.node->outputs[e.output_nr].sizes : e.leaf->sizes;
+      TG_CHECK(g.sizes() == want, "backward", "internal: backward of '", node->name,
+               "' gave a gradient of shape ", shape_str(g.sizes()), " for input ", i,
+               " of shape ", shape_str(want));
+      if (anomaly_enabled()) check_finite(*node, i, g);
+      deliver(e, g);
+    }
+  }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph) {
+  run_backward(outputs, grad_outputs, retain_graph, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph,
+                         bool allow_unused) {
+  Capture cap;
+  cap.grads.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    TG_CHECK(in.defined() && in.requires_grad(), "grad", "input ", i,
+             " does not require grad");
+    if (in.grad_fn()) {
+      cap.slots[in.grad_fn().get()].push_back({in.impl()->output_nr, i});
+    } else {
+      cap.leaves[in.impl()] = i;
+    }
+  }
+  run_backward(outputs, grad_outputs, retain_graph, &cap);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (cap.grads[i].defined()) continue;
+    TG_CHECK(allow_unused, "grad", "input ", i,
+             " was not used to compute the outputs (pass allow_unused=true for zeros)");
+    cap.grads[i] = zeros(inputs[i].sizes(), inputs[i].options());
+  }
+  return cap.grads;
+}
+
+// --- Tensor's autograd members
+
+Tensor& Tensor::requires_grad_(bool r) {
+  TG_CHECK(!r || is_floating(dtype()), "requires_grad_",
+           "only float32/float64 tensors can require grad, got ", dtype());
+  TG_CHECK(r || is_leaf(), "requires_grad_",
+           "cannot turn off requires_grad on a non-leaf tensor; use detach()");
+  impl_->requires_grad = r;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl_->grad ? Tensor(impl_->grad) : Tensor(); }
+
+void Tensor::zero_grad() const { impl_->grad.reset(); }
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->sizes = impl_->sizes;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
+  tg::backward({*this}, {grad_output}, retain_graph);
+}
+
+}  // namespace tg

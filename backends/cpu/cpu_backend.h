@@ -1,0 +1,45 @@
+// The CPU backend: Eigen for matmul, OpenMP loops for everything else. Its methods are
+// defined across the cpu_*.cpp files, one file per kind of kernel.
+#pragma once
+#include "backends/backend.h"
+
+namespace tg::cpu {
+
+struct CpuBackend final : Backend {
+  void copy(const View& src, const View& dst) override;
+  void fill(const View& dst, double value) override;
+  void arange(const View& dst, double start, double step) override;
+  void unary(UnaryOp op, const View& x, const View& out, double param) override;
+  void binary(BinaryOp op, const View& a, const View& b, const View& out) override;
+  void where(const View& cond, const View& a, const View& b, const View& out) override;
+  void reduce(ReduceOp op, const View& x, const View& out, const View& arg) override;
+  void matmul(const View& a, const View& b, const View& c) override;
+  void rand_uniform(const View& dst, uint64_t seed, uint64_t offset) override;
+  void rand_normal(const View& dst, uint64_t seed, uint64_t offset) override;
+  void dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) override;
+  void gather_rows(const View& weight, const View& ids, const View& out) override;
+  void scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) override;
+  void to_host(const void* src, void* dst, size_t bytes) override;
+  void from_host(const void* src, void* dst, size_t bytes) override;
+};
+
+// Calls f(T{}) with T the C++ type of dtype.
+template <class F>
+decltype(auto) dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Int64: return f(int64_t{});
+    case DType::Bool: return f(bool{});
+  }
+  return f(float{});
+}
+
+// Calls f(T{}) for the floating dtypes only.
+template <class F>
+decltype(auto) dispatch_float(DType t, F&& f) {
+  if (t == DType::Float64) return f(double{});
+  return f(float{});
+}
+
+}  // namespace tg::cpu

@@ -1,0 +1,82 @@
+// Batched GEMM through Eigen maps over our buffers. Many small matrices: one thread each
+// (Eigen runs single-threaded inside an OpenMP region); few large ones: Eigen's own threads.
+#include <Eigen/Core>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace tg::cpu {
+namespace {
+
+using Eigen::Dynamic;
+using Eigen::OuterStride;
+template <class T, int Order>
+using MatMap = Eigen::Map<const Eigen::Matrix<T, Dynamic, Dynamic, Order>, 0, OuterStride<>>;
+template <class T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>, 0, OuterStride<>>;
+
+int64_t leading_dim(const View& v) {
+  const size_t n = v.sizes.size();
+  return gemm_row_major(v) ? v.strides[n - 2] : v.strides[n - 1];
+}
+
+template <class T, int OA, int OB>
+void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, int64_t lda, int64_t ldb,
+          int64_t ldc) {
+  MatMap<T, OA> A(a, m, k, OuterStride<>(lda));
+  MatMap<T, OB> B(b, k, n, OuterStride<>(ldb));
+  OutMap<T> C(c, m, n, OuterStride<>(ldc));
+  C.noalias() = A * B;
+}
+
+template <class T>
+void matmul_typed(const View& a, const View& b, const View& c) {
+  const size_t nd = c.sizes.size();
+  const int64_t m = c.sizes[nd - 2], n = c.sizes[nd - 1], k = a.sizes[nd - 1];
+  const bool ra = gemm_row_major(a), rb = gemm_row_major(b);
+  TG_CHECK((ra || gemm_col_major(a)) && (rb || gemm_col_major(b)), "matmul",
+           "internal: operands must be row- or column-major matrices");
+  const int64_t lda = leading_dim(a), ldb = leading_dim(b), ldc = c.strides[nd - 2];
+  TG_CHECK(gemm_row_major(c), "matmul", "internal: output must be row-major");
+  const int64_t batch = numel_of(Shape(c.sizes.begin(), c.sizes.end() - 2));
+  const T* ap = static_cast<const T*>(a.data);
+  const T* bp = static_cast<const T*>(b.data);
+  T* cp = static_cast<T*>(c.data);
+  auto one = [&](int64_t bi) {
+    int64_t ao = 0, bo = 0, co = 0, r = bi;
+    for (size_t d = nd - 2; d-- > 0;) {
+      int64_t i = r % c.sizes[d];
+      r /= c.sizes[d];
+      ao += i * a.strides[d];
+      bo += i * b.strides[d];
+      co += i * c.strides[d];
+    }
+    if (k == 0) {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) cp[co + i * ldc + j] = T(0);
+      return;
+    }
+    if (ra && rb) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else if (ra) gemm<T, Eigen::RowMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else if (rb) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else gemm<T, Eigen::ColMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+  };
+  if (batch > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+  } else if (batch == 1) {
+    one(0);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const View& a, const View& b, const View& c) {
+  if (c.dtype == kFloat64) {
+    matmul_typed<double>(a, b, c);
+  } else {
+    matmul_typed<float>(a, b, c);
+  }
+}
+
+}  // namespace tg::cpu

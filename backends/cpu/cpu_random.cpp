@@ -1,0 +1,50 @@
+// Philox-driven kernels: uniform, normal, dropout. Position n of the stream is a pure
+// function of (seed, offset + n), so any split of the loop gives the same values.
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/philox.h"
+
+namespace tg::cpu {
+
+void CpuBackend::rand_uniform(const View& dst, uint64_t seed, uint64_t offset) {
+  dispatch_float(dst.dtype, [&](auto t) {
+    using T = decltype(t);
+    T* p = static_cast<T*>(dst.data);
+    const int64_t n = dst.numel();
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(philox_uniform(seed, offset + i));
+  });
+}
+
+// Box-Muller: element i uses the uniforms at positions 2i and 2i+1.
+void CpuBackend::rand_normal(const View& dst, uint64_t seed, uint64_t offset) {
+  dispatch_float(dst.dtype, [&](auto t) {
+    using T = decltype(t);
+    T* p = static_cast<T*>(dst.data);
+    const int64_t n = dst.numel();
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (int64_t i = 0; i < n; ++i) {
+      double u1 = philox_uniform(seed, offset + 2 * i);
+      double u2 = philox_uniform(seed, offset + 2 * i + 1);
+      p[i] = static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+  });
+}
+
+void CpuBackend::dropout(const View& x, const View& out, double p, uint64_t seed,
+                         uint64_t offset) {
+  dispatch_float(out.dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* xp = static_cast<const T*>(x.data);
+    T* op = static_cast<T*>(out.data);
+    const float pf = static_cast<float>(p);
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (int64_t i = 0; i < n; ++i)
+      op[i] = philox_uniform(seed, offset + i) > pf ? xp[i] * scale : T(0);
+  });
+}
+
+}  // namespace tg::cpu

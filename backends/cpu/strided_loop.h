@@ -1,0 +1,74 @@
+// The loop every CPU elementwise kernel runs: an N-d index space over several operands with
+// their own strides, coalesced to as few dims as possible, the innermost dim run as a plain
+// (vectorizable) loop, and the rest split into OpenMP tasks. Each element is written by one
+// task, so results are bitwise the same for any thread count.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "core/shape.h"
+
+namespace tg::cpu {
+
+template <int N>
+struct Loop {
+  Shape sizes;                     // coalesced, innermost last
+  std::array<Shape, N> strides;    // per operand
+  int64_t inner() const { return sizes.empty() ? 1 : sizes.back(); }
+};
+
+template <int N>
+Loop<N> coalesce(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  Loop<N> l;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = !l.sizes.empty();
+    for (int k = 0; k < N && merge; ++k)
+      merge = l.strides[k].back() == (*strides[k])[d] * sizes[d];
+    if (merge) {
+      l.sizes.back() *= sizes[d];
+      for (int k = 0; k < N; ++k) l.strides[k].back() = (*strides[k])[d];
+    } else {
+      l.sizes.push_back(sizes[d]);
+      for (int k = 0; k < N; ++k) l.strides[k].push_back((*strides[k])[d]);
+    }
+  }
+  if (l.sizes.empty()) {
+    l.sizes.push_back(1);
+    for (int k = 0; k < N; ++k) l.strides[k].push_back(0);
+  }
+  return l;
+}
+
+// Calls body(len, offs, inner_strides) for runs of the innermost dim; offs are element
+// offsets of each operand at the run's start.
+template <int N, class Body>
+void for_each_run(const Shape& sizes, const std::array<const Shape*, N>& strides, Body&& body) {
+  Loop<N> l = coalesce<N>(sizes, strides);
+  const int64_t inner = l.inner();
+  const int64_t total = numel_of(l.sizes);
+  if (total == 0) return;
+  const int64_t rows = total / inner;
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  const int64_t tasks = rows * chunks;
+  const int nd = static_cast<int>(l.sizes.size());
+  std::array<int64_t, N> inner_st;
+  for (int k = 0; k < N; ++k) inner_st[k] = l.strides[k][nd - 1];
+#pragma omp parallel for schedule(static) if (total > 32768 && tasks > 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int64_t row = t / chunks, c = t % chunks;
+    std::array<int64_t, N> offs{};
+    int64_t r = row;
+    for (int d = nd - 2; d >= 0; --d) {
+      int64_t i = r % l.sizes[d];
+      r /= l.sizes[d];
+      for (int k = 0; k < N; ++k) offs[k] += i * l.strides[k][d];
+    }
+    int64_t start = c * kChunk, len = inner - start < kChunk ? inner - start : kChunk;
+    for (int k = 0; k < N; ++k) offs[k] += start * inner_st[k];
+    body(len, offs, inner_st);
+  }
+}
+
+}  // namespace tg::cpu

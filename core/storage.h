@@ -1,0 +1,45 @@
+// A device buffer shared by a tensor and all of its views, with the version counter that
+// lets backward detect in-place changes to tensors it saved.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace tg {
+
+// How a device gets and frees memory. CPU is built in; CUDA registers its own.
+struct Allocator {
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p, size_t bytes) = 0;
+};
+void set_allocator(DeviceType type, Allocator* alloc);
+Allocator& allocator_for(Device d);
+
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  uint64_t version_ = 0;
+};
+
+// Live storage on all devices, for leak tests and memory reports.
+int64_t live_storage_count();
+int64_t live_storage_bytes();
+
+}  // namespace tg

@@ -1,0 +1,303 @@
+// Elementwise ops: validate -> allocate -> backend kernel -> record backward.
+#include "ops/elementwise.h"
+
+#include "autograd/autograd.h"
+#include "ops/factories.h"
+#include "ops/op_util.h"
+#include "ops/reduce.h"
+
+namespace tg {
+using detail::view_as;
+using detail::view_of;
+
+namespace {
+
+Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.options()); }
+
+// out = op(a, b) with broadcasting; no autograd.
+Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_defined(a, name, "self");
+  detail::check_defined(b, name, "other");
+  detail::check_same_device(a, b, name, "other");
+  detail::check_same_dtype(a, b, name, "other");
+  Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  DType out_dtype = scalar::is_comparison(op) ? kBool : a.dtype();
+  Tensor out = Tensor::empty_like_shape(shape, out_dtype, a.device());
+  if (out.numel())
+    detail::backend_of(a).binary(op, view_as(a, shape), view_as(b, shape), view_of(out));
+  return out;
+}
+
+Tensor unary_kernel(UnaryOp op, const Tensor& x, double param, DType out_dtype) {
+  Tensor out = Tensor::empty_like_shape(x.sizes(), out_dtype, x.device());
+  if (out.numel()) detail::backend_of(x).unary(op, view_of(x), view_of(out), param);
+  return out;
+}
+
+// A differentiable float unary op whose backward is grad * dfdx(x, y).
+template <class Deriv>
+Tensor unary_diff(UnaryOp op, const char* name, const Tensor& x, double param, Deriv dfdx) {
+  detail::check_defined(x, name, "self");
+  detail::check_floating(x, name, "self");
+  Tensor out = unary_kernel(op, x, param, x.dtype());
+  if (any_requires_grad({x})) {
+    SavedTensor sx(x), sy(out);
+    record(name, {x}, {&out},
+           [sx, sy, dfdx, name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+             return {mul(g[0], dfdx(sx.unpack(name), sy.unpack(name)))};
+           });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor unary_op(UnaryOp op, const Tensor& x, double param) {
+  DType out = (op == UnaryOp::IsFinite) ? kBool : x.dtype();
+  return unary_kernel(op, x, param, out);
+}
+
+// --- arithmetic
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(BinaryOp::Add, a, b, "add");
+  record("add", {a, b}, {&out}, [sa = a.sizes(), sb = b.sizes()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to(g[0], sa), sum_to(g[0], sb)};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(BinaryOp::Sub, a, b, "sub");
+  record("sub", {a, b}, {&out}, [sa = a.sizes(), sb = b.sizes()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to(g[0], sa), neg(sum_to(g[0], sb))};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(BinaryOp::Mul, a, b, "mul");
+  if (any_requires_grad({a, b})) {
+    SavedTensor sa(b.requires_grad() ? a : Tensor()), sb(a.requires_grad() ? b : Tensor());
+    record("mul", {a, b}, {&out},
+           [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sza = a.sizes(),
+            szb = b.sizes()](const std::vector<Tensor>& g) {
+             std::vector<Tensor> r(2);
+             if (ra) r[0] = sum_to(mul(g[0], sb.unpack("mul")), sza);
+             if (rb) r[1] = sum_to(mul(g[0], sa.unpack("mul")), szb);
+             return r;
+           });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(BinaryOp::Div, a, b, "div");
+  if (any_requires_grad({a, b})) {
+    SavedTensor sb(b), sy(b.requires_grad() ? out : Tensor());
+    record("div", {a, b}, {&out},
+           [sb, sy, ra = a.requires_grad(), rb = b.requires_grad(), sza = a.sizes(),
+            szb = b.sizes()](const std::vector<Tensor>& g) {
+             std::vector<Tensor> r(2);
+             Tensor bv = sb.unpack("div");
+             Tensor ga = div(g[0], bv);
+             if (ra) r[0] = sum_to(ga, sza);
+             if (rb) r[1] = sum_to(neg(mul(ga, sy.unpack("div"))), szb);  // -g a / b^2
+             return r;
+           });
+  }
+  return out;
+}
+
+namespace {
+// maximum/minimum: the winner gets the gradient; ties split it evenly.
+Tensor extremum(BinaryOp op, BinaryOp wins, const char* name, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel(op, a, b, name);
+  if (any_requires_grad({a, b})) {
+    SavedTensor sa(a), sb(b);
+    record(name, {a, b}, {&out},
+           [sa, sb, wins, name, sza = a.sizes(), szb = b.sizes()](const std::vector<Tensor>& g) {
+             Tensor av = sa.unpack(name), bv = sb.unpack(name);
+             Tensor tie = eq(av, bv);
+             Tensor half = mul(g[0], 0.5);
+             Tensor a_wins = binary_kernel(wins, av, bv, name);
+             Tensor ga = where(a_wins, g[0], where(tie, half, 0.0));
+             Tensor gb = where(logical_or(a_wins, tie), where(tie, half, 0.0), g[0]);
+             return std::vector<Tensor>{sum_to(ga, sza), sum_to(gb, szb)};
+           });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Maximum, BinaryOp::Gt, "maximum", a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Minimum, BinaryOp::Lt, "minimum", a, b);
+}
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+Tensor sub(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+Tensor div(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
+
+Tensor neg(const Tensor& x) {
+  detail::check_defined(x, "neg", "self");
+  TG_CHECK(x.dtype() != kBool, "neg", "argument 'self' must be numeric, got bool");
+  Tensor out = unary_kernel(UnaryOp::Neg, x, 0, x.dtype());
+  record("neg", {x}, {&out}, [](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{neg(g[0])};
+  });
+  return out;
+}
+
+// --- differentiable unary ops: derivative in terms of x and y = f(x)
+
+Tensor exp(const Tensor& x) {
+  return unary_diff(UnaryOp::Exp, "exp", x, 0, [](const Tensor&, const Tensor& y) { return y; });
+}
+Tensor log(const Tensor& x) {
+  return unary_diff(UnaryOp::Log, "log", x, 0,
+                    [](const Tensor& xv, const Tensor&) { return div(1.0, xv); });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary_diff(UnaryOp::Sqrt, "sqrt", x, 0,
+                    [](const Tensor&, const Tensor& y) { return div(0.5, y); });
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary_diff(UnaryOp::Rsqrt, "rsqrt", x, 0, [](const Tensor&, const Tensor& y) {
+    return mul(unary_op(UnaryOp::Pow, y, 3.0), -0.5);
+  });
+}
+Tensor pow(const Tensor& x, double e) {
+  return unary_diff(UnaryOp::Pow, "pow", x, e, [e](const Tensor& xv, const Tensor&) {
+    return mul(unary_op(UnaryOp::Pow, xv, e - 1.0), e);
+  });
+}
+Tensor abs(const Tensor& x) {
+  detail::check_defined(x, "abs", "self");
+  if (x.dtype() == kInt64) return unary_op(UnaryOp::Abs, x);
+  return unary_diff(UnaryOp::Abs, "abs", x, 0,
+                    [](const Tensor& xv, const Tensor&) { return unary_op(UnaryOp::Sign, xv); });
+}
+Tensor sign(const Tensor& x) {
+  detail::check_defined(x, "sign", "self");
+  return unary_op(UnaryOp::Sign, x);  // gradient zero almost everywhere: not recorded
+}
+Tensor tanh(const Tensor& x) {
+  return unary_diff(UnaryOp::Tanh, "tanh", x, 0,
+                    [](const Tensor&, const Tensor& y) { return sub(1.0, mul(y, y)); });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary_diff(UnaryOp::Sigmoid, "sigmoid", x, 0,
+                    [](const Tensor&, const Tensor& y) { return mul(y, sub(1.0, y)); });
+}
+Tensor relu(const Tensor& x) {
+  return unary_diff(UnaryOp::Relu, "relu", x, 0, [](const Tensor& xv, const Tensor&) {
+    return binary_kernel(BinaryOp::Gt, xv, scalar_like(xv, 0), "relu").to(xv.dtype());
+  });
+}
+Tensor silu(const Tensor& x) {
+  return unary_diff(UnaryOp::Silu, "silu", x, 0, [](const Tensor& xv, const Tensor&) {
+    return unary_op(UnaryOp::SiluGrad, xv);
+  });
+}
+Tensor gelu(const Tensor& x) {
+  return unary_diff(UnaryOp::Gelu, "gelu", x, 0, [](const Tensor& xv, const Tensor&) {
+    return unary_op(UnaryOp::GeluGrad, xv);
+  });
+}
+
+// --- comparisons and logic (no gradient)
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
+
+Tensor logical_not(const Tensor& x) {
+  detail::check_defined(x, "logical_not", "self");
+  detail::check_dtype(x, kBool, "logical_not", "self");
+  return unary_kernel(UnaryOp::LogicalNot, x, 0, kBool);
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  detail::check_dtype(a, kBool, "logical_and", "self");
+  return binary_kernel(BinaryOp::LogicalAnd, a, b, "logical_and");
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  detail::check_dtype(a, kBool, "logical_or", "self");
+  return binary_kernel(BinaryOp::LogicalOr, a, b, "logical_or");
+}
+Tensor isfinite(const Tensor& x) {
+  detail::check_defined(x, "isfinite", "self");
+  if (!is_floating(x.dtype())) return full(x.sizes(), 1.0, x.options().dtype(kBool));
+  return unary_kernel(UnaryOp::IsFinite, x, 0, kBool);
+}
+
+// --- selection
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_defined(cond, "where", "condition");
+  detail::check_dtype(cond, kBool, "where", "condition");
+  detail::check_same_device(a, cond, "where", "condition");
+  detail::check_same_device(a, b, "where", "other");
+  detail::check_same_dtype(a, b, "where", "other");
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(),
+                                 "where");
+  Tensor out = Tensor::empty_like_shape(shape, a.dtype(), a.device());
+  if (out.numel())
+    detail::backend_of(a).where(view_as(cond, shape), view_as(a, shape), view_as(b, shape),
+                                view_of(out));
+  if (any_requires_grad({a, b})) {
+    SavedTensor sc(cond);
+    record("where", {a, b}, {&out},
+           [sc, sza = a.sizes(), szb = b.sizes()](const std::vector<Tensor>& g) {
+             Tensor c = sc.unpack("where");
+             return std::vector<Tensor>{sum_to(where(c, g[0], 0.0), sza),
+                                        sum_to(where(c, 0.0, g[0]), szb)};
+           });
+  }
+  return out;
+}
+Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  return where(cond, a, scalar_like(a, b));
+}
+Tensor where(const Tensor& cond, double a, const Tensor& b) {
+  return where(cond, scalar_like(b, a), b);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  detail::check_defined(mask, "masked_fill", "mask");
+  detail::check_dtype(mask, kBool, "masked_fill", "mask");
+  Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
+  TG_CHECK(shape == x.sizes(), "masked_fill", "mask of shape ", shape_str(mask.sizes()),
+           " must broadcast to self's shape ", shape_str(x.sizes()));
+  return where(mask, scalar_like(x, value), x);
+}
+
+// --- operators
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+
+}  // namespace tg

@@ -1,0 +1,90 @@
+#include "ops/factories.h"
+
+#include <cmath>
+
+#include "ops/op_util.h"
+
+namespace tg {
+using detail::view_of;
+
+namespace {
+Tensor finish(Tensor t, const TensorOptions& opts) {
+  if (opts.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions opts) {
+  return finish(Tensor::empty_like_shape(sizes, opts.dtype(), opts.device()), opts);
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions opts) {
+  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  if (t.numel()) detail::backend_of(t).fill(view_of(t), value);
+  return finish(t, opts);
+}
+Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
+Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.options()); }
+
+Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  TG_CHECK(step != 0.0, "arange", "step must be non-zero");
+  TG_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
+  double n = std::ceil((end - start) / step);
+  int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
+  Tensor t = Tensor::empty_like_shape({count}, opts.dtype(), opts.device());
+  if (count) detail::backend_of(t).arange(view_of(t), start, step);
+  return finish(t, opts);
+}
+
+Tensor rand(const Shape& sizes, Generator& gen, TensorOptions opts) {
+  TG_CHECK(is_floating(opts.dtype()), "rand", "dtype must be float32 or float64, got ",
+           opts.dtype());
+  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  uint64_t off = gen.take(static_cast<uint64_t>(t.numel()));
+  if (t.numel()) detail::backend_of(t).rand_uniform(view_of(t), gen.seed, off);
+  return finish(t, opts);
+}
+
+Tensor randn(const Shape& sizes, Generator& gen, TensorOptions opts) {
+  TG_CHECK(is_floating(opts.dtype()), "randn", "dtype must be float32 or float64, got ",
+           opts.dtype());
+  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  uint64_t off = gen.take(2 * static_cast<uint64_t>(t.numel()));
+  if (t.numel()) detail::backend_of(t).rand_normal(view_of(t), gen.seed, off);
+  return finish(t, opts);
+}
+
+Tensor rand(const Shape& sizes, TensorOptions opts) {
+  return rand(sizes, default_generator(), opts);
+}
+Tensor randn(const Shape& sizes, TensorOptions opts) {
+  return randn(sizes, default_generator(), opts);
+}
+
+Tensor from_buffer(const void* data, DType src, int64_t n, const Shape& sizes, TensorOptions opts) {
+  TG_CHECK(n == numel_of(sizes), "from_vector", "got ", n, " values for shape ", shape_str(sizes),
+           " (expected ", numel_of(sizes), ")");
+  Tensor host = Tensor::empty_like_shape(sizes, src, kCPU);
+  if (n) cpu_backend().from_host(data, host.raw_data(), n * dtype_size(src));
+  Tensor out = host.to(opts.dtype()).to(opts.device());
+  if (out.is_same(host)) out = host;
+  return finish(out, opts);
+}
+
+Tensor from_vector(const std::vector<bool>& values, const Shape& sizes, TensorOptions opts) {
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return from_buffer(bytes.data(), kBool, static_cast<int64_t>(bytes.size()), sizes, opts);
+}
+
+Tensor from_vector(const std::vector<int>& values, const Shape& sizes, TensorOptions opts) {
+  std::vector<int64_t> wide(values.begin(), values.end());
+  return from_buffer(wide.data(), kInt64, static_cast<int64_t>(wide.size()), sizes, opts);
+}
+
+}  // namespace tg

@@ -1,0 +1,74 @@
+// In-place ops for optimizers and initialisation. They are not recorded on the tape; each
+// bumps the storage's version so a backward that saved the old values refuses to run.
+#include "autograd/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factories.h"
+#include "ops/op_util.h"
+
+namespace tg {
+
+namespace {
+
+void check_inplace(const Tensor& self, const char* op) {
+  detail::check_defined(self, op, "self");
+  TG_CHECK(!(grad_enabled() && self.requires_grad()), op,
+           "in-place op on a tensor that requires grad (shape ", shape_str(self.sizes()),
+           ") while grad mode is on; wrap optimizer and initialisation code in tg::NoGradGuard");
+}
+
+// self = op(self, other), other broadcast to self's shape.
+Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const char* name) {
+  check_inplace(self, name);
+  detail::check_defined(other, name, "other");
+  detail::check_same_device(self, other, name, "other");
+  detail::check_same_dtype(self, other, name, "other");
+  Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  TG_CHECK(shape == self.sizes(), name, "argument 'other' of shape ", shape_str(other.sizes()),
+           " must broadcast to self's shape ", shape_str(self.sizes()));
+  if (self.numel()) {
+    detail::backend_of(self).binary(op, detail::view_of(self), detail::view_as(other, shape),
+                                    detail::view_of(self));
+  }
+  self.impl()->storage->bump_version();
+  return self;
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  if (alpha == 1.0) return binary_inplace(*this, BinaryOp::Add, other, "add_");
+  NoGradGuard ng;
+  return binary_inplace(*this, BinaryOp::Add, mul(other.detach(), alpha), "add_");
+}
+Tensor& Tensor::add_(double value) {
+  return binary_inplace(*this, BinaryOp::Add, scalar_tensor(value, options()), "add_");
+}
+Tensor& Tensor::mul_(const Tensor& other) {
+  return binary_inplace(*this, BinaryOp::Mul, other, "mul_");
+}
+Tensor& Tensor::mul_(double value) {
+  return binary_inplace(*this, BinaryOp::Mul, scalar_tensor(value, options()), "mul_");
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  detail::check_defined(src, "copy_", "src");
+  Shape shape = broadcast_shapes(sizes(), src.sizes(), "copy_");
+  TG_CHECK(shape == sizes(), "copy_", "argument 'src' of shape ", shape_str(src.sizes()),
+           " must broadcast to self's shape ", shape_str(sizes()));
+  Tensor s = src.detach().to(device());
+  if (numel()) detail::backend_of(*this).copy(detail::view_as(s, shape), detail::view_of(*this));
+  impl()->storage->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  if (numel()) detail::backend_of(*this).fill(detail::view_of(*this), value);
+  impl()->storage->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+}  // namespace tg

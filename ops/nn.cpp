@@ -1,0 +1,118 @@
+#include "ops/nn.h"
+
+#include "autograd/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factories.h"
+#include "ops/op_util.h"
+#include "ops/reduce.h"
+
+namespace tg {
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  detail::check_defined(x, "softmax", "self");
+  detail::check_floating(x, "softmax", "self");
+  return exp(sub(x, logsumexp(x, {dim}, true)));
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  detail::check_defined(x, "log_softmax", "self");
+  detail::check_floating(x, "log_softmax", "self");
+  return sub(x, logsumexp(x, {dim}, true));
+}
+
+namespace {
+void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const char* arg) {
+  if (ids.numel() == 0) return;
+  int64_t lo = min(ids).item<int64_t>(), hi = max(ids).item<int64_t>();
+  TG_CHECK(lo >= 0 && hi < rows, op, "argument '", arg, "' holds ids in [", lo, ", ", hi,
+           "], expected every id in [0, ", rows, ")");
+}
+}  // namespace
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  const int64_t d = grad.sizes().back();
+  Tensor g = grad.contiguous(), i = ids.contiguous();
+  Tensor gw = zeros({num_rows, d}, grad.options());
+  if (i.numel() && d) {
+    detail::backend_of(grad).scatter_add_rows(detail::view_of(g.reshape({i.numel(), d})),
+                                              detail::view_of(i), detail::view_of(gw));
+  }
+  return gw;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  detail::check_defined(weight, "embedding", "weight");
+  detail::check_defined(ids, "embedding", "ids");
+  TG_CHECK(weight.dim() == 2, "embedding", "argument 'weight' must be 2-D (rows, dim), got shape ",
+           shape_str(weight.sizes()));
+  detail::check_dtype(ids, kInt64, "embedding", "ids");
+  detail::check_same_device(weight, ids, "embedding", "ids");
+  const int64_t rows = weight.sizes()[0], d = weight.sizes()[1];
+  check_ids_in_range(ids, rows, "embedding", "ids");
+  Shape out_shape = ids.sizes();
+  out_shape.push_back(d);
+  Tensor out = Tensor::empty_like_shape(out_shape, weight.dtype(), weight.device());
+  Tensor w = weight.detach().contiguous(), i = ids.contiguous();
+  if (out.numel())
+    detail::backend_of(w).gather_rows(detail::view_of(w), detail::view_of(i),
+                                      detail::view_of(out));
+  if (any_requires_grad({weight})) {
+    SavedTensor si(i);
+    record("embedding", {weight}, {&out}, [si, rows](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{embedding_backward(g[0], si.unpack("embedding"), rows)};
+    });
+  }
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions opts) {
+  detail::check_defined(logits, "cross_entropy", "logits");
+  detail::check_defined(targets, "cross_entropy", "targets");
+  detail::check_floating(logits, "cross_entropy", "logits");
+  detail::check_dtype(targets, kInt64, "cross_entropy", "targets");
+  detail::check_same_device(logits, targets, "cross_entropy", "targets");
+  TG_CHECK(logits.dim() >= 1, "cross_entropy", "argument 'logits' must have a class dim");
+  Shape batch(logits.sizes().begin(), logits.sizes().end() - 1);
+  TG_CHECK(targets.sizes() == batch, "cross_entropy", "argument 'targets' has shape ",
+           shape_str(targets.sizes()), ", expected ", shape_str(batch), " (logits ",
+           shape_str(logits.sizes()), " without the class dim)");
+  const int64_t classes = logits.sizes().back();
+  Tensor valid = ne(targets, static_cast<double>(opts.ignore_index));
+  Tensor safe = where(valid, targets, 0.0);
+  check_ids_in_range(safe, classes, "cross_entropy", "targets");
+  Tensor classes_iota = arange(static_cast<double>(classes), TensorOptions(kInt64).device(logits.device()));
+  Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
+  Tensor nll = neg(sum(where(pick, log_softmax(logits, -1), 0.0), {-1}));
+  Tensor losses = where(valid, nll, 0.0);
+  switch (opts.reduction) {
+    case Reduction::None: return losses;
+    case Reduction::Sum: return sum(losses);
+    case Reduction::Mean: {
+      double count = static_cast<double>(sum(valid).item<int64_t>());
+      return div(sum(losses), count > 0 ? count : 1.0);
+    }
+  }
+  return losses;
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  detail::check_defined(x, "dropout", "self");
+  detail::check_floating(x, "dropout", "self");
+  TG_CHECK(p >= 0.0 && p < 1.0, "dropout", "p must be in [0, 1), got ", p);
+  if (p == 0.0) return x;
+  Tensor src = x.detach().contiguous();
+  Tensor out = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
+  if (out.numel())
+    detail::backend_of(x).dropout(detail::view_of(src), detail::view_of(out), p, seed, offset);
+  record("dropout", {x}, {&out}, [p, seed, offset](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{dropout(g[0], p, seed, offset)};
+  });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, Generator& gen) {
+  uint64_t at = gen.take(static_cast<uint64_t>(x.numel()));
+  return dropout(x, p, gen.seed, at);
+}
+
+}  // namespace tg

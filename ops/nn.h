@@ -1,0 +1,30 @@
+// Neural-network ops: softmax family, embedding, cross-entropy, dropout.
+#pragma once
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace tg {
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// Rows of weight (R, D) picked by int64 ids of any shape: ids.shape + [D].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Gradient of embedding w.r.t. weight: grad (ids.shape + [D]) scatter-added into (R, D).
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows);
+
+enum class Reduction { Mean, Sum, None };
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;  // Mean over non-ignored targets (0 if there are none)
+};
+// logits (..., C) float, targets (...) int64 class ids in [0, C) or ignore_index.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions opts = {});
+
+// Keeps x[n] where the Philox uniform at offset + n exceeds p and scales it by 1/(1-p).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+Tensor dropout(const Tensor& x, double p, Generator& gen);  // takes and advances gen's offset
+
+}  // namespace tg

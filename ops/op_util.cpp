@@ -1,0 +1,28 @@
+#include "ops/op_util.h"
+
+namespace tg::detail {
+
+void check_defined(const Tensor& t, const char* op, const char* arg) {
+  TG_CHECK(t.defined(), op, "argument '", arg, "' is an undefined tensor");
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* arg) {
+  TG_CHECK(a.device() == b.device(), op, "argument '", arg, "' is on ", b.device(), ", expected ",
+           a.device(), " like the first argument");
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* arg) {
+  TG_CHECK(a.dtype() == b.dtype(), op, "argument '", arg, "' has dtype ", b.dtype(),
+           ", expected ", a.dtype(), " like the first argument (convert with .to(dtype))");
+}
+
+void check_floating(const Tensor& t, const char* op, const char* arg) {
+  TG_CHECK(is_floating(t.dtype()), op, "argument '", arg,
+           "' must be float32 or float64, got ", t.dtype());
+}
+
+void check_dtype(const Tensor& t, DType want, const char* op, const char* arg) {
+  TG_CHECK(t.dtype() == want, op, "argument '", arg, "' must be ", want, ", got ", t.dtype());
+}
+
+}  // namespace tg::detail

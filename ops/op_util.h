@@ -1,0 +1,22 @@
+// Helpers the op implementations share: backend views and argument checks.
+#pragma once
+#include "backends/backend.h"
+#include "backends/scalar_ops.h"
+#include "core/tensor.h"
+
+namespace tg::detail {
+
+inline View view_of(const Tensor& t) { return View{t.raw_data(), t.dtype(), t.sizes(), t.strides()}; }
+// t seen with target's sizes (stride 0 on broadcast dims).
+inline View view_as(const Tensor& t, const Shape& target) {
+  return View{t.raw_data(), t.dtype(), target, broadcast_strides(t.sizes(), t.strides(), target)};
+}
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+void check_defined(const Tensor& t, const char* op, const char* arg);
+void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* arg);
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* arg);
+void check_floating(const Tensor& t, const char* op, const char* arg);
+void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
+
+}  // namespace tg::detail

@@ -1,0 +1,8 @@
+// Every public op.
+#pragma once
+#include "ops/elementwise.h"
+#include "ops/factories.h"
+#include "ops/join.h"
+#include "ops/linalg.h"
+#include "ops/nn.h"
+#include "ops/reduce.h"

@@ -1,0 +1,83 @@
+// Bad input: every error is a tg::Error whose message starts with "[op]" and names the
+// argument, what was expected and what came.
+#include "test_util.h"
+
+using namespace tg;
+using tgtest::check_throws_with_prefix;
+
+TEST_CASE("shape errors") {
+  Tensor a = ones({2, 3}), b = ones({4});
+  check_throws_with_prefix([&] { add(a, b); }, "[add]", "not broadcastable");
+  check_throws_with_prefix([&] { matmul(ones({2, 3}), ones({4, 5})); }, "[matmul]",
+                           "inner dims differ");
+  check_throws_with_prefix([&] { matmul(ones({2, 2, 3}), ones({3, 3, 1})); }, "[matmul]",
+                           "not broadcastable");
+  check_throws_with_prefix([&] { matmul(scalar_tensor(1.0), ones({2})); }, "[matmul]",
+                           "at least 1-D");
+  check_throws_with_prefix([&] { a.view({4, 2}); }, "[view]", "invalid");
+  check_throws_with_prefix([&] { a.transpose(0, 1).view({6}); }, "[view]", "not contiguous");
+  check_throws_with_prefix([&] { a.reshape({-1, -1}); }, "[view]", "only one dimension");
+  check_throws_with_prefix([&] { a.permute({0, 0}); }, "[permute]", "repeat");
+  check_throws_with_prefix([&] { a.permute({0}); }, "[permute]", "expected 2 dims");
+  check_throws_with_prefix([&] { a.expand({2, 4}); }, "[expand]", "cannot expand");
+  check_throws_with_prefix([&] { a.narrow(1, 2, 2); }, "[narrow]", "do not fit");
+  check_throws_with_prefix([&] { a.slice(0, 0, 1, 0); }, "[slice]", "step");
+  check_throws_with_prefix([&] { tg::sum(a, {2}); }, "[sum]", "out of range");
+  check_throws_with_prefix([&] { tg::sum(a, {1, -1}); }, "[sum]", "more than once");
+  check_throws_with_prefix([&] { a.size(5); }, "[size]", "out of range");
+  check_throws_with_prefix([&] { cat({a, ones({3, 3})}, 1); }, "[cat]", "tensors[1]");
+  check_throws_with_prefix([&] { cat({}, 0); }, "[cat]", "non-empty");
+  check_throws_with_prefix([&] { stack({a, ones({3, 2})}); }, "[stack]", "tensors[1]");
+  check_throws_with_prefix([&] { split(ones({5}), std::vector<int64_t>{2, 2}); }, "[split]",
+                           "sum to 4");
+  check_throws_with_prefix([&] { chunk(ones({5}), 0); }, "[chunk]", "positive");
+  check_throws_with_prefix([&] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}); },
+                           "[from_vector]", "3 values");
+  check_throws_with_prefix([&] { empty({-1}); }, "[empty]", "non-negative");
+  check_throws_with_prefix([&] { ones({2}).item<float>(); }, "[item]", "one element");
+  check_throws_with_prefix([&] { tg::max(empty({0})); }, "[max]", "size 0");
+  check_throws_with_prefix([&] { tg::max(empty({2, 0}), {1}); }, "[max]", "size 0");
+}
+
+TEST_CASE("dtype errors") {
+  Tensor f = ones({2}), d = ones({2}, kFloat64), i = ones({2}, kInt64);
+  check_throws_with_prefix([&] { add(f, d); }, "[add]", "dtype float64, expected float32");
+  check_throws_with_prefix([&] { matmul(i, i); }, "[matmul]", "float32 or float64");
+  check_throws_with_prefix([&] { exp(i); }, "[exp]", "got int64");
+  check_throws_with_prefix([&] { where(f, f, f); }, "[where]", "'condition' must be bool");
+  check_throws_with_prefix([&] { masked_fill(f, f, 0); }, "[masked_fill]", "must be bool");
+  check_throws_with_prefix([&] { i.requires_grad_(); }, "[requires_grad_]", "int64");
+  check_throws_with_prefix([&] { f.data_ptr<double>(); }, "[data_ptr]", "float32");
+  check_throws_with_prefix([&] { rand({2}, kInt64); }, "[rand]", "int64");
+  check_throws_with_prefix([&] { f.add_(d); }, "[add_]", "dtype float64");
+}
+
+TEST_CASE("nn op errors") {
+  Tensor w = ones({4, 3});
+  check_throws_with_prefix([&] { embedding(w, ones({2}, kInt64).to(kFloat32)); }, "[embedding]",
+                           "'ids' must be int64");
+  check_throws_with_prefix([&] { embedding(w, from_vector(std::vector<int64_t>{0, 4}, {2})); },
+                           "[embedding]", "[0, 4)");
+  check_throws_with_prefix([&] { embedding(ones({4}), ones({1}, kInt64)); }, "[embedding]",
+                           "2-D");
+  Tensor logits = ones({2, 3});
+  check_throws_with_prefix(
+      [&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0, 3}, {2})); },
+      "[cross_entropy]", "[0, 3)");
+  check_throws_with_prefix(
+      [&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0}, {1})); },
+      "[cross_entropy]", "expected [2]");
+  check_throws_with_prefix([&] { cross_entropy(logits, ones({2})); }, "[cross_entropy]",
+                           "'targets' must be int64");
+  check_throws_with_prefix([&] { dropout(logits, 1.0, 0, 0); }, "[dropout]", "[0, 1)");
+  check_throws_with_prefix([&] { dropout(logits, -0.1, 0, 0); }, "[dropout]", "[0, 1)");
+  check_throws_with_prefix([&] { arange(0, 1, 0); }, "[arange]", "non-zero");
+  check_throws_with_prefix([&] { var(ones({3}), {}, -1); }, "[var]", "correction");
+  check_throws_with_prefix([&] { set_num_threads(0); }, "[set_num_threads]", ">= 1");
+}
+
+TEST_CASE("device errors without CUDA") {
+  if (cuda_is_available()) return;  // the CUDA suite covers devices when one exists
+  check_throws_with_prefix([&] { ones({2}).to(kCUDA); }, "[");
+  check_throws_with_prefix([&] { ones({2}, TensorOptions().device(kCUDA)); }, "[");
+}

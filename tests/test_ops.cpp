@@ -1,0 +1,240 @@
+// Forward values of every op against analytic spot values or a plain reference loop.
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace tg;
+using tgtest::check_close;
+using tgtest::rnd;
+
+TEST_CASE("elementwise unary ops match std:: math") {
+  std::vector<double> xs = {-2.0, -0.5, 0.0, 0.3, 1.7};
+  Tensor x = from_vector(xs, {5});
+  auto apply = [&](double (*f)(double)) {
+    std::vector<double> r;
+    for (double v : xs) r.push_back(f(v));
+    return r;
+  };
+  check_close(neg(x).to_vector<double>(), apply([](double v) { return -v; }));
+  check_close(exp(x).to_vector<double>(), apply([](double v) { return std::exp(v); }));
+  check_close(tanh(x).to_vector<double>(), apply([](double v) { return std::tanh(v); }));
+  check_close(abs(x).to_vector<double>(), apply([](double v) { return std::abs(v); }));
+  check_close(sigmoid(x).to_vector<double>(),
+              apply([](double v) { return 1 / (1 + std::exp(-v)); }));
+  check_close(relu(x).to_vector<double>(), apply([](double v) { return v > 0 ? v : 0.0; }));
+  check_close(silu(x).to_vector<double>(), apply([](double v) { return v / (1 + std::exp(-v)); }));
+  check_close(gelu(x).to_vector<double>(), apply([](double v) {
+                return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+              }));
+  Tensor p = from_vector(std::vector<double>{0.25, 1.0, 4.0}, {3});
+  check_close(sqrt(p).to_vector<double>(), {0.5, 1.0, 2.0});
+  check_close(rsqrt(p).to_vector<double>(), {2.0, 1.0, 0.5});
+  check_close(log(p).to_vector<double>(), {std::log(0.25), 0.0, std::log(4.0)});
+  check_close(pow(p, 1.5).to_vector<double>(), {0.125, 1.0, 8.0});
+  CHECK(gelu(from_vector(std::vector<float>{1.0f}, {1})).item<float>() ==
+        doctest::Approx(0.841192).epsilon(1e-5));
+}
+
+TEST_CASE("binary ops broadcast like NumPy") {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3, 1});
+  Tensor b = from_vector(std::vector<double>{10, 20}, {2});
+  CHECK(add(a, b).sizes() == Shape{3, 2});
+  check_close(add(a, b).to_vector<double>(), {11, 21, 12, 22, 13, 23});
+  check_close(sub(a, b).to_vector<double>(), {-9, -19, -8, -18, -7, -17});
+  check_close(mul(a, b).to_vector<double>(), {10, 20, 20, 40, 30, 60});
+  check_close(div(b, a).to_vector<double>(), {10, 20, 5, 10, 10.0 / 3, 20.0 / 3});
+  check_close((a * 2.0 + 1.0).to_vector<double>(), {3, 5, 7});
+  check_close((1.0 - a).to_vector<double>(), {0, -1, -2});
+  check_close((6.0 / a).to_vector<double>(), {6, 3, 2});
+  Tensor c = from_vector(std::vector<double>{2, 2, 2}, {3, 1});
+  check_close(maximum(a, c).to_vector<double>(), {2, 2, 3});
+  check_close(minimum(a, c).to_vector<double>(), {1, 2, 2});
+  CHECK(gt(a, c).to_vector<bool>() == std::vector<bool>{false, false, true});
+  CHECK(eq(a, 2.0).to_vector<bool>() == std::vector<bool>{false, true, false});
+  CHECK(logical_not(eq(a, 2.0)).to_vector<bool>() == std::vector<bool>{true, false, true});
+  Tensor i = from_vector(std::vector<int64_t>{7, -3}, {2});
+  CHECK(add(i, 1.0).to_vector<int64_t>() == std::vector<int64_t>{8, -2});
+  CHECK(abs(i).to_vector<int64_t>() == std::vector<int64_t>{7, 3});
+}
+
+TEST_CASE("strided and broadcast operands give the same answers as contiguous ones") {
+  Tensor x = rnd({4, 5}, 1), y = rnd({5, 4}, 2);
+  Tensor xt = y.transpose(0, 1);  // non-contiguous (4, 5)
+  check_close(mul(x, xt).to_vector<double>(), mul(x, xt.contiguous()).to_vector<double>());
+  check_close(exp(xt).to_vector<double>(), exp(xt.contiguous()).to_vector<double>());
+  Tensor col = rnd({4, 1}, 3);
+  check_close(add(x, col).to_vector<double>(),
+              add(x, col.expand({4, 5}).contiguous()).to_vector<double>());
+  Tensor big = rnd({300, 200}, 4);  // large enough to run in parallel chunks
+  check_close(sigmoid(big.transpose(0, 1)).contiguous().to_vector<double>(),
+              sigmoid(big).transpose(0, 1).contiguous().to_vector<double>());
+}
+
+TEST_CASE("where and masked_fill") {
+  Tensor c = from_vector(std::vector<bool>{true, false, true}, {3});
+  Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3});
+  check_close(where(c, a, 0.0).to_vector<double>(), {1, 0, 3});
+  check_close(where(c, 5.0, a).to_vector<double>(), {5, 2, 5});
+  check_close(masked_fill(a, c, -1.0).to_vector<double>(), {-1, 2, -1});
+}
+
+// Plain triple loop over row-major data.
+std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                 int64_t m, int64_t k, int64_t n) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+TEST_CASE("matmul against a reference loop: layouts, batches, 1-D") {
+  Tensor a = rnd({5, 7}, 1), b = rnd({7, 3}, 2);
+  auto ref = naive_matmul(a.to_vector<double>(), b.to_vector<double>(), 5, 7, 3);
+  check_close(matmul(a, b).to_vector<double>(), ref);
+  // transposed operands (column-major views)
+  Tensor at = a.transpose(0, 1).contiguous().transpose(0, 1);
+  Tensor bt = b.transpose(0, 1).contiguous().transpose(0, 1);
+  check_close(matmul(at, bt).to_vector<double>(), ref);
+  check_close(matmul(a, bt).to_vector<double>(), ref);
+  check_close(matmul(at, b).to_vector<double>(), ref);
+  // a sliced operand with a non-unit leading dimension
+  Tensor wide = rnd({5, 10}, 3);
+  Tensor sl = wide.slice(1, 2, 9);
+  check_close(matmul(sl, b).to_vector<double>(),
+              naive_matmul(sl.contiguous().to_vector<double>(), b.to_vector<double>(), 5, 7, 3));
+  // an operand strided in both dims is copied first
+  Tensor strided = rnd({10, 14}, 4).slice(0, 0, 10, 2).slice(1, 0, 14, 2);
+  check_close(matmul(strided, b).to_vector<double>(),
+              naive_matmul(strided.contiguous().to_vector<double>(), b.to_vector<double>(), 5, 7, 3));
+  // batch broadcast: (2, 1, 5, 7) @ (3, 7, 3) -> (2, 3, 5, 3)
+  Tensor ba = rnd({2, 1, 5, 7}, 5), bb = rnd({3, 7, 3}, 6);
+  Tensor bc = matmul(ba, bb);
+  REQUIRE(bc.sizes() == Shape{2, 3, 5, 3});
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      auto want = naive_matmul(ba.narrow(0, i, 1).contiguous().to_vector<double>(),
+                               bb.narrow(0, j, 1).contiguous().to_vector<double>(), 5, 7, 3);
+      check_close(bc.narrow(0, i, 1).narrow(1, j, 1).contiguous().to_vector<double>(), want);
+    }
+  // 1-D cases
+  Tensor v = rnd({7}, 7);
+  CHECK(matmul(v, v).dim() == 0);
+  CHECK(matmul(v, v).item<double>() == doctest::Approx(tg::sum(mul(v, v)).item<double>()));
+  CHECK(matmul(a, v).sizes() == Shape{5});
+  CHECK(matmul(rnd({5}, 8), a).sizes() == Shape{7});
+  CHECK(matmul(v, rnd({4, 7, 2}, 9)).sizes() == Shape{4, 2});
+  // float32 and a larger shape that uses Eigen's threads
+  Tensor fa = rnd({64, 96}, 10).to(kFloat32), fb = rnd({96, 80}, 11).to(kFloat32);
+  auto fref = naive_matmul(fa.to_vector<double>(), fb.to_vector<double>(), 64, 96, 80);
+  auto got = matmul(fa, fb).to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - fref[i]) < 1e-4);
+  // empty inner dim gives zeros
+  check_close(matmul(zeros({2, 0}, kFloat64), zeros({0, 3}, kFloat64)).to_vector<double>(),
+              std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("reductions over dims with keepdim") {
+  Tensor x = arange(24, kFloat64).reshape({2, 3, 4});
+  check_close(tg::sum(x).to_vector<double>(), {276});
+  check_close(tg::sum(x, {0, 2}).to_vector<double>(), {60, 92, 124});
+  CHECK(tg::sum(x, {1}, true).sizes() == Shape{2, 1, 4});
+  check_close(mean(x, {-1}).to_vector<double>(), {1.5, 5.5, 9.5, 13.5, 17.5, 21.5});
+  check_close(tg::max(x, {1}).to_vector<double>(), {8, 9, 10, 11, 20, 21, 22, 23});
+  check_close(tg::min(x, {0, 1}).to_vector<double>(), {0, 1, 2, 3});
+  CHECK(argmax(from_vector(std::vector<double>{1, 5, 5, 2}, {4}), 0).item<int64_t>() == 1);
+  check_close(var(from_vector(std::vector<double>{1, 2, 3, 4}, {4})).to_vector<double>(),
+              {5.0 / 3});
+  check_close(var(from_vector(std::vector<double>{1, 2, 3, 4}, {4}), {}, 0).to_vector<double>(),
+              {1.25});
+  // strided input reduces like its contiguous copy
+  Tensor t = x.transpose(0, 2);
+  check_close(tg::sum(t, {1}).contiguous().to_vector<double>(),
+              tg::sum(t.contiguous(), {1}).to_vector<double>());
+  CHECK(tg::sum(from_vector(std::vector<bool>{true, true, false}, {3})).item<int64_t>() == 2);
+  // logsumexp is stable for large values and gives -inf for all -inf
+  Tensor big = from_vector(std::vector<double>{1000, 1000}, {2});
+  CHECK(logsumexp(big).item<double>() == doctest::Approx(1000 + std::log(2.0)));
+  Tensor ninf = full({2}, -INFINITY, kFloat64);
+  CHECK(logsumexp(ninf).item<double>() == -INFINITY);
+}
+
+TEST_CASE("softmax, log_softmax, cross_entropy spot values") {
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 1, 1, 1}, {2, 3});
+  double z = std::exp(1) + std::exp(2) + std::exp(3);
+  check_close(softmax(x, 1).to_vector<double>(),
+              {std::exp(1) / z, std::exp(2) / z, std::exp(3) / z, 1.0 / 3, 1.0 / 3, 1.0 / 3});
+  check_close(log_softmax(x, -1).to_vector<double>(),
+              {1 - std::log(z), 2 - std::log(z), 3 - std::log(z), -std::log(3.0),
+               -std::log(3.0), -std::log(3.0)});
+  Tensor t = from_vector(std::vector<int64_t>{2, 0}, {2});
+  double l0 = std::log(z) - 3, l1 = std::log(3.0);
+  CHECK(cross_entropy(x, t).item<double>() == doctest::Approx((l0 + l1) / 2));
+  CrossEntropyOptions sum_opts;
+  sum_opts.reduction = Reduction::Sum;
+  CHECK(cross_entropy(x, t, sum_opts).item<double>() == doctest::Approx(l0 + l1));
+  Tensor ti = from_vector(std::vector<int64_t>{2, -100}, {2});
+  CHECK(cross_entropy(x, ti).item<double>() == doctest::Approx(l0));
+  CrossEntropyOptions none;
+  none.reduction = Reduction::None;
+  check_close(cross_entropy(x, ti, none).to_vector<double>(), {l0, 0.0});
+}
+
+TEST_CASE("cat, stack, split, chunk") {
+  Tensor a = arange(6, kFloat64).reshape({2, 3}), b = arange(6, 10, 1, kFloat64).reshape({2, 2});
+  Tensor c = cat({a, b}, 1);
+  CHECK(c.sizes() == Shape{2, 5});
+  check_close(c.to_vector<double>(), {0, 1, 2, 6, 7, 3, 4, 5, 8, 9});
+  Tensor s = stack({a, a}, 1);
+  CHECK(s.sizes() == Shape{2, 2, 3});
+  check_close(s.to_vector<double>(), {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5});
+  auto parts = split(c, 2, 1);
+  REQUIRE(parts.size() == 3);
+  CHECK(parts[2].sizes() == Shape{2, 1});
+  check_close(parts[2].contiguous().to_vector<double>(), {7, 9});
+  auto ch = chunk(arange(7, kFloat64), 3);
+  REQUIRE(ch.size() == 3);
+  CHECK(ch[0].numel() == 3);
+  CHECK(ch[2].numel() == 1);
+  auto sp = split(arange(5, kFloat64), std::vector<int64_t>{1, 4});
+  check_close(sp[1].to_vector<double>(), {1, 2, 3, 4});
+}
+
+TEST_CASE("embedding gathers rows; its backward scatter-adds") {
+  Tensor w = arange(12, kFloat64).reshape({4, 3});
+  Tensor ids = from_vector(std::vector<int64_t>{3, 0, 3}, {3});
+  check_close(embedding(w, ids).to_vector<double>(), {9, 10, 11, 0, 1, 2, 9, 10, 11});
+  Tensor g = ones({3, 3}, kFloat64);
+  check_close(embedding_backward(g, ids, 4).to_vector<double>(),
+              {1, 1, 1, 0, 0, 0, 0, 0, 0, 2, 2, 2});
+}
+
+TEST_CASE("dropout keeps about 1 - p and scales by 1 / (1 - p)") {
+  const double p = 0.3;
+  Tensor x = ones({100000}, kFloat32);
+  Tensor y = dropout(x, p, 42, 0);
+  auto v = y.to_vector<float>();
+  int64_t kept = 0;
+  for (float e : v) {
+    CHECK((e == 0.f || std::abs(e - 1.f / 0.7f) < 1e-6f));
+    kept += e != 0.f;
+  }
+  double n = 100000, sigma = std::sqrt(n * p * (1 - p));
+  CHECK(std::abs(kept - n * (1 - p)) < 4 * sigma);
+  CHECK(dropout(x, p, 42, 0).to_vector<float>() == v);
+  CHECK(dropout(x, p, 42, 4).to_vector<float>() != v);
+  CHECK(dropout(x, 0.0, 1, 0).is_same(x));
+  Generator gen{5, 0};
+  dropout(ones({10}), 0.5, gen);
+  CHECK(gen.offset == 12);
+}
+
+TEST_CASE("results are bitwise identical run to run") {
+  Tensor a = rnd({128, 96}, 1).to(kFloat32), b = rnd({96, 64}, 2).to(kFloat32);
+  auto run = [&] {
+    Tensor c = matmul(a, b);
+    return tg::sum(mul(softmax(c, -1), gelu(c)), {0}).to_vector<float>();
+  };
+  auto r1 = run(), r2 = run();
+  CHECK(r1 == r2);
+}

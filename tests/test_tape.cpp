@@ -1,0 +1,162 @@
+// The tape: backward, grad, accumulation, retain_graph, in-place safety, anomaly mode, memory.
+#include "test_util.h"
+
+using namespace tg;
+using tgtest::check_throws_with_prefix;
+using tgtest::rnd;
+
+TEST_CASE("backward fills leaf gradients and accumulates until zero_grad") {
+  Tensor x = from_vector(std::vector<double>{1, 2, 3}, {3}).requires_grad_();
+  Tensor y = tg::sum(mul(x, x));
+  y.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
+  tg::sum(mul(x, 3.0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{5, 7, 9});
+  x.zero_grad();
+  CHECK(!x.grad().defined());
+  tg::sum(x).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 1, 1});
+}
+
+TEST_CASE("a gradient used twice is summed; the grad does not alias other tensors") {
+  Tensor a = ones({2}, kFloat64).requires_grad_();
+  Tensor b = ones({2}, kFloat64).requires_grad_();
+  Tensor y = add(a, b);
+  y.backward(full({2}, 2.0, kFloat64));
+  CHECK(a.grad().impl()->storage != b.grad().impl()->storage);
+  Tensor z = tg::sum(add(mul(a, a), a));
+  a.zero_grad();
+  z.backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{3, 3});
+}
+
+TEST_CASE("backward on a non-scalar needs a gradient") {
+  Tensor x = ones({2, 3}, kFloat64).requires_grad_();
+  Tensor y = mul(x, 2.0);
+  check_throws_with_prefix([&] { y.backward(); }, "[backward]", "shape [2, 3]");
+  y.backward(ones({2, 3}, kFloat64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>(6, 2.0));
+  check_throws_with_prefix([&] { mul(x, 2.0).backward(ones({3}, kFloat64)); }, "[backward]",
+                           "expected [2, 3]");
+}
+
+TEST_CASE("a second backward through a freed graph is an error unless retain_graph") {
+  Tensor x = ones({3}, kFloat64).requires_grad_();
+  Tensor y = tg::sum(exp(x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  CHECK(x.grad().to_vector<double>()[0] == doctest::Approx(2 * std::exp(1.0)));
+  check_throws_with_prefix([&] { y.backward(); }, "[backward]", "second time");
+}
+
+TEST_CASE("tg::grad returns gradients without touching .grad()") {
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2}).requires_grad_();
+  Tensor w = from_vector(std::vector<double>{3, 4}, {2}).requires_grad_();
+  Tensor h = mul(x, w);
+  Tensor y = tg::sum(mul(h, h));
+  auto gs = grad({y}, {x, h});
+  CHECK(gs[0].to_vector<double>() == std::vector<double>{18, 64});  // 2 h w
+  CHECK(gs[1].to_vector<double>() == std::vector<double>{6, 16});   // 2 h
+  CHECK(!x.grad().defined());
+  CHECK(!w.grad().defined());
+  Tensor unused = ones({2}, kFloat64).requires_grad_();
+  Tensor y2 = tg::sum(x);
+  CHECK(grad({y2}, {unused})[0].to_vector<double>() == std::vector<double>{0, 0});
+  check_throws_with_prefix([&] { grad({tg::sum(x)}, {unused}, {}, false, false); }, "[grad]",
+                           "not used");
+}
+
+TEST_CASE("detach and NoGradGuard stop recording") {
+  Tensor x = ones({2}, kFloat64).requires_grad_();
+  Tensor d = x.detach();
+  CHECK(!d.requires_grad());
+  CHECK(d.impl()->storage == x.impl()->storage);
+  {
+    NoGradGuard ng;
+    Tensor y = mul(x, 2.0);
+    CHECK(!y.requires_grad());
+    CHECK(!grad_enabled());
+  }
+  CHECK(grad_enabled());
+  Tensor y = mul(x, 2.0);
+  CHECK(y.requires_grad());
+  CHECK(y.grad_fn()->name == "mul");
+  check_throws_with_prefix([&] { tg::sum(d).backward(); }, "[backward]", "does not require grad");
+}
+
+TEST_CASE("the tape replays in reverse execution order across shared subgraphs") {
+  Tensor x = from_vector(std::vector<double>{0.5}, {1}).requires_grad_();
+  Tensor a = exp(x);
+  Tensor b = mul(a, a);  // a used twice
+  Tensor c = add(b, a);
+  Tensor y = tg::sum(mul(c, x));
+  y.backward();
+  // y = x (e^{2x} + e^x); dy/dx = e^{2x} + e^x + x (2 e^{2x} + e^x)
+  double e = std::exp(0.5), want = e * e + e + 0.5 * (2 * e * e + e);
+  CHECK(x.grad().item<double>() == doctest::Approx(want).epsilon(1e-12));
+  CHECK(b.grad_fn()->sequence_nr > a.grad_fn()->sequence_nr);
+}
+
+TEST_CASE("in-place ops: refused on tensors that require grad, detected after saving") {
+  Tensor w = ones({3}, kFloat64).requires_grad_();
+  check_throws_with_prefix([&] { w.add_(1.0); }, "[add_]", "NoGradGuard");
+  {
+    NoGradGuard ng;
+    w.add_(ones({3}, kFloat64), 0.5);
+    w.mul_(2.0);
+  }
+  CHECK(w.to_vector<double>() == std::vector<double>{3, 3, 3});
+  Tensor a = ones({3}, kFloat64);
+  Tensor y = tg::sum(mul(w, a));  // saves a for w's gradient
+  a.fill_(5.0);
+  check_throws_with_prefix([&] { y.backward(); }, "[backward]", "modified in place");
+  Tensor b = ones({3}, kFloat64);
+  Tensor y2 = tg::sum(mul(w, b));
+  y2.backward();
+  b.zero_();  // after backward: fine
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 1, 1});
+  Tensor z = zeros({2, 2}, kFloat64);
+  z.copy_(from_vector(std::vector<double>{1, 2}, {2}));
+  CHECK(z.to_vector<double>() == std::vector<double>{1, 2, 1, 2});
+  check_throws_with_prefix([&] { z.copy_(ones({3}, kFloat64)); }, "[copy_]");
+}
+
+TEST_CASE("anomaly mode names the op whose backward made a NaN") {
+  Tensor x = from_vector(std::vector<double>{0.0, 1.0}, {2}).requires_grad_();
+  {
+    Tensor y = tg::sum(sqrt(x));  // d sqrt(x)/dx = inf at 0
+    y.backward();
+    CHECK(!std::isfinite(x.grad().to_vector<double>()[0]));
+  }
+  x.zero_grad();
+  AnomalyGuard guard;
+  Tensor y = tg::sum(sqrt(x));
+  check_throws_with_prefix([&] { y.backward(); }, "[anomaly]", "'sqrt'");
+}
+
+TEST_CASE("1,000 training steps do not grow live storage") {
+  Generator gen{11, 0};
+  Tensor w1 = mul(randn({8, 16}, gen, kFloat32), 0.3).requires_grad_();
+  Tensor w2 = mul(randn({16, 1}, gen, kFloat32), 0.3).requires_grad_();
+  Tensor x = randn({32, 8}, gen, kFloat32);
+  Tensor target = tg::sum(x, {1}, true);
+  auto step = [&] {
+    Tensor h = tanh(matmul(x, w1));
+    Tensor loss = mean(pow(sub(matmul(h, w2), target), 2.0));
+    loss.backward();
+    NoGradGuard ng;
+    w1.add_(w1.grad(), -0.05);
+    w2.add_(w2.grad(), -0.05);
+    w1.zero_grad();
+    w2.zero_grad();
+    return loss.item<float>();
+  };
+  float first = step();
+  for (int i = 0; i < 10; ++i) step();
+  int64_t count = live_storage_count(), bytes = live_storage_bytes();
+  float last = 0;
+  for (int i = 0; i < 1000; ++i) last = step();
+  CHECK(live_storage_count() == count);
+  CHECK(live_storage_bytes() == bytes);
+  CHECK(last < first);
+}

@@ -1,0 +1,141 @@
+// Tensor core: factories, views sharing storage, contiguous(), read-back, printing.
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace tg;
+
+TEST_CASE("factories fill shapes, dtypes and values") {
+  Tensor z = zeros({2, 3});
+  CHECK(z.sizes() == Shape{2, 3});
+  CHECK(z.dtype() == kFloat32);
+  CHECK(z.strides() == Shape{3, 1});
+  CHECK(z.to_vector<float>() == std::vector<float>(6, 0.f));
+  CHECK(ones({4}, kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1, 1});
+  CHECK(full({2}, 2.5, kFloat64).to_vector<double>() == std::vector<double>{2.5, 2.5});
+  CHECK(arange(5, kInt64).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(arange(1, 2, 0.25, kFloat64).to_vector<double>() ==
+        std::vector<double>{1, 1.25, 1.5, 1.75});
+  CHECK(arange(3, 0, -1, kInt64).to_vector<int64_t>() == std::vector<int64_t>{3, 2, 1});
+  Tensor e = empty({3, 0});
+  CHECK(e.numel() == 0);
+  Tensor s = scalar_tensor(3.0);
+  CHECK(s.dim() == 0);
+  CHECK(s.item<float>() == 3.0f);
+  Tensor v = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(v.dtype() == kFloat64);
+  CHECK(v.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
+  Tensor b = from_vector(std::vector<bool>{true, false}, {2});
+  CHECK(b.dtype() == kBool);
+  CHECK(b.to_vector<bool>() == std::vector<bool>{true, false});
+  Tensor r = ones({2}, TensorOptions().dtype(kFloat64).requires_grad(true));
+  CHECK(r.requires_grad());
+  CHECK(r.is_leaf());
+}
+
+TEST_CASE("rand and randn are seeded, reproducible and roughly distributed") {
+  Generator g1{7, 0}, g2{7, 0};
+  Tensor a = rand({1000}, g1), b = rand({1000}, g2);
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  CHECK(g1.offset == 1000);
+  Tensor c = rand({1000}, g1);
+  CHECK(c.to_vector<float>() != a.to_vector<float>());
+  auto va = a.to_vector<float>();
+  for (float x : va) CHECK((x > 0.f && x <= 1.f));
+  CHECK(std::abs(mean(a).item<float>() - 0.5f) < 0.05f);
+  Generator g3{9, 0};
+  Tensor n = randn({20000}, g3, kFloat64);
+  CHECK(g3.offset == 40000);
+  CHECK(std::abs(mean(n).item<double>()) < 0.05);
+  CHECK(std::abs(var(n).item<double>() - 1.0) < 0.05);
+  manual_seed(3);
+  Tensor d1 = randn({5});
+  manual_seed(3);
+  Tensor d2 = randn({5});
+  CHECK(d1.to_vector<float>() == d2.to_vector<float>());
+}
+
+TEST_CASE("views share storage with their base") {
+  Tensor x = arange(24, kFloat64).reshape({2, 3, 4});
+  CHECK(x.is_contiguous());
+  Tensor t = x.transpose(0, 2);
+  CHECK(t.sizes() == Shape{4, 3, 2});
+  CHECK(t.strides() == Shape{1, 4, 12});
+  CHECK(!t.is_contiguous());
+  CHECK(t.impl()->storage == x.impl()->storage);
+  Tensor p = x.permute({1, 2, 0});
+  CHECK(p.sizes() == Shape{3, 4, 2});
+  Tensor sl = x.slice(2, 1, 4, 2);  // columns 1 and 3
+  CHECK(sl.sizes() == Shape{2, 3, 2});
+  CHECK(sl.to_vector<double>() ==
+        std::vector<double>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
+  Tensor nr = x.narrow(1, 1, 2);
+  CHECK(nr.offset() == 4);
+  CHECK(x.slice(0, -1, 100).sizes() == Shape{1, 3, 4});
+  Tensor u = x.unsqueeze(1);
+  CHECK(u.sizes() == Shape{2, 1, 3, 4});
+  CHECK(u.squeeze(1).sizes() == Shape{2, 3, 4});
+  CHECK(ones({1, 3, 1}).squeeze().sizes() == Shape{3});
+  Tensor ex = ones({3, 1}).expand({2, 3, 4});
+  CHECK(ex.strides() == Shape{0, 1, 0});
+  CHECK(ex.sizes() == Shape{2, 3, 4});
+  CHECK(x.view({6, -1}).sizes() == Shape{6, 4});
+  CHECK(x.flatten().sizes() == Shape{24});
+  // Writing through a view changes the base.
+  {
+    Tensor col = x.slice(2, 0, 1);
+    col.fill_(-1);
+  }
+  CHECK(x.to_vector<double>()[4] == -1);
+  CHECK(x.to_vector<double>()[5] == 5);
+}
+
+TEST_CASE("contiguous copies strided data in row-major order") {
+  Tensor x = arange(6, kFloat64).reshape({2, 3});
+  Tensor t = x.transpose(0, 1);
+  Tensor c = t.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK(c.impl()->storage != x.impl()->storage);
+  CHECK(c.to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  CHECK(x.contiguous().is_same(x));
+  CHECK(t.reshape({6}).to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  Tensor e = ones({3}).expand({2, 3}).contiguous();
+  CHECK(e.strides() == Shape{3, 1});
+}
+
+TEST_CASE("dtype conversion and read-back") {
+  Tensor x = from_vector(std::vector<double>{1.7, -2.2, 0.0}, {3});
+  CHECK(x.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, -2, 0});
+  CHECK(x.to(kBool).to_vector<bool>() == std::vector<bool>{true, true, false});
+  CHECK(x.to(kFloat32).dtype() == kFloat32);
+  CHECK(x.to(kFloat64).is_same(x));
+  CHECK(x.to(kCPU).is_same(x));
+  CHECK(tg::sum(x).item<double>() == doctest::Approx(-0.5));
+}
+
+TEST_CASE("printing shows shape, dtype, device and values") {
+  std::ostringstream os;
+  os << from_vector(std::vector<int64_t>{1, 2, 3, 4}, {2, 2});
+  CHECK(os.str() == "tensor(shape=[2, 2], dtype=int64, device=cpu)\n[[1, 2],\n [3, 4]]");
+  std::ostringstream os2;
+  os2 << arange(100, kInt64);
+  CHECK(os2.str().find("[0, 1, 2, ..., 97, 98, 99]") != std::string::npos);
+}
+
+TEST_CASE("live storage is counted") {
+  int64_t before = live_storage_count();
+  {
+    Tensor a = zeros({10});
+    Tensor v = a.view({2, 5});
+    CHECK(live_storage_count() == before + 1);
+  }
+  CHECK(live_storage_count() == before);
+}
+
+TEST_CASE("set_num_threads") {
+  int prev = get_num_threads();
+  set_num_threads(1);
+  CHECK(get_num_threads() == 1);
+  set_num_threads(prev);
+  CHECK(get_num_threads() == prev);
+}

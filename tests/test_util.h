@@ -1,0 +1,51 @@
+// Helpers shared by the test suites.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <tapegrad.h>
+#include <vector>
+
+namespace tgtest {
+
+// A float64 tensor of the given shape with values from a fixed Philox stream.
+inline tg::Tensor rnd(const tg::Shape& shape, uint64_t seed = 1, double lo = -1.0,
+                      double hi = 1.0) {
+  tg::Generator g{seed, 0};
+  return tg::add(tg::mul(tg::rand(shape, g, tg::kFloat64), hi - lo), lo);
+}
+
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want,
+                        double tol = 1e-12) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+  }
+}
+
+// gradcheck that reports the worst element per input when it fails.
+#define CHECK_GRADCHECK(f, inputs)                  \
+  do {                                              \
+    auto gc_result_ = tg::gradcheck((f), (inputs)); \
+    INFO(gc_result_.message);                       \
+    CHECK(gc_result_.ok);                           \
+  } while (0)
+
+template <class F>
+void check_throws_with_prefix(F&& f, const std::string& prefix, const std::string& contains = "") {
+  bool threw = false;
+  try {
+    f();
+  } catch (const tg::Error& e) {
+    threw = true;
+    std::string msg = e.what();
+    INFO("message: " << msg);
+    CHECK(msg.rfind(prefix, 0) == 0);
+    if (!contains.empty()) CHECK(msg.find(contains) != std::string::npos);
+  }
+  CHECK(threw);
+}
+
+}  // namespace tgtest
