@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, build from scratch with -Werror, run ctest; build an
+# out-of-tree consumer against the installed package; run the suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (a second build tree).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+start=$(date +%s)
+
+echo "== release build (-Werror) and tests"
+cmake -S . -B build/test -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_WERROR=ON >/dev/null
+cmake --build build/test -j "$jobs"
+ctest --test-dir build/test --output-on-failure -j "$jobs"
+
+echo "== install and build an out-of-tree find_package(tapegrad) consumer"
+rm -rf build/install build/consumer
+cmake --install build/test --prefix build/install >/dev/null
+cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/consumer -j "$jobs"
+./build/consumer/consumer
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
+cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=Debug -DTAPEGRAD_CUDA=OFF -DTAPEGRAD_WERROR=ON \
+  -DTAPEGRAD_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS="-O1 -fno-sanitize-recover=all" >/dev/null
+cmake --build build/sanitize -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
+echo "== all tests passed in $(( $(date +%s) - start )) s"
