@@ -1,8 +1,8 @@
 // tapegrad: #include <tapegrad.h> is all a user needs.
 #pragma once
 #include "autograd/autograd.h"
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"

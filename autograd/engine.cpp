@@ -13,7 +13,7 @@ namespace {
 
 // Where tg::grad collects gradients instead of .grad().
 struct Capture {
-  std::unordered_map<const TensorImpl*, size_t> leaves;        // leaf impl -> input index
+  std::unordered_map<const TensorImpl*, size_t> leaves;  // leaf impl -> input index
   std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> slots;  // node -> (out, idx)
   std::vector<Tensor> grads;
 };
@@ -30,15 +30,15 @@ void check_finite(const Node& node, size_t input, const Tensor& g) {
   if (!is_floating(g.dtype())) return;
   if (sum(logical_not(isfinite(g))).item<int64_t>() == 0) return;
   bool nan = sum(ne(g, g)).item<int64_t>() > 0;
-  fail("anomaly", "backward of '", node.name, "' (tape position ", node.sequence_nr,
-       ") produced ", nan ? "NaN" : "Inf", " in the gradient of its input ", input, " (shape ",
+  fail("anomaly", "backward of '", node.name, "' (tape position ", node.sequence_nr, ") produced ",
+       nan ? "NaN" : "Inf", " in the gradient of its input ", input, " (shape ",
        shape_str(g.sizes()), ")");
 }
 
 void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
                   bool retain_graph, Capture* capture) {
-  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward",
-           "got ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward", "got ",
+           grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<Node*> roots;
@@ -70,15 +70,15 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     Tensor g;
     if (grad_outputs.empty() || !grad_outputs[i].defined()) {
       TG_CHECK(out.numel() == 1, "backward",
-               "grad can be created implicitly only for a scalar output; output ", i,
-               " has shape ", shape_str(out.sizes()), ", so pass a gradient of that shape");
+               "grad can be created implicitly only for a scalar output; output ", i, " has shape ",
+               shape_str(out.sizes()), ", so pass a gradient of that shape");
       g = ones(out.sizes(), out.options());
     } else {
       g = grad_outputs[i];
       TG_CHECK(g.sizes() == out.sizes(), "backward", "gradient ", i, " has shape ",
                shape_str(g.sizes()), ", expected ", shape_str(out.sizes()));
-      TG_CHECK(g.dtype() == out.dtype() && g.device() == out.device(), "backward", "gradient ",
-               i, " is ", g.dtype(), " on ", g.device(), ", expected ", out.dtype(), " on ",
+      TG_CHECK(g.dtype() == out.dtype() && g.device() == out.device(), "backward", "gradient ", i,
+               " is ", g.dtype(), " on ", g.device(), ", expected ", out.dtype(), " on ",
                out.device());
     }
     Edge e;
@@ -111,8 +111,11 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     if (it == buffers.end()) continue;
     std::vector<Tensor> grads = std::move(it->second);
     buffers.erase(it);
-    TG_CHECK(!node->released, "backward", "trying to backward through the graph a second time: "
-             "the saved tensors of '", node->name, "' were freed by the first backward; pass "
+    TG_CHECK(!node->released, "backward",
+             "trying to backward through the graph a second time: "
+             "the saved tensors of '",
+             node->name,
+             "' were freed by the first backward; pass "
              "retain_graph=true to it if you need to backward twice");
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!grads[k].defined()) {
@@ -139,8 +142,8 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (!e.valid() || !g.defined()) continue;
       const Shape& want = e.node ? e.node->outputs[e.output_nr].sizes : e.leaf->sizes;
       TG_CHECK(g.sizes() == want, "backward", "internal: backward of '", node->name,
-               "' gave a gradient of shape ", shape_str(g.sizes()), " for input ", i,
-               " of shape ", shape_str(want));
+               "' gave a gradient of shape ", shape_str(g.sizes()), " for input ", i, " of shape ",
+               shape_str(want));
       if (anomaly_enabled()) check_finite(*node, i, g);
       deliver(e, g);
     }
@@ -161,8 +164,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   cap.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& in = inputs[i];
-    TG_CHECK(in.defined() && in.requires_grad(), "grad", "input ", i,
-             " does not require grad");
+    TG_CHECK(in.defined() && in.requires_grad(), "grad", "input ", i, " does not require grad");
     if (in.grad_fn()) {
       cap.slots[in.grad_fn().get()].push_back({in.impl()->output_nr, i});
     } else {

@@ -50,8 +50,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   }
 
   Tensor out = f(leaves);
-  TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradcheck",
-           "f must return a float64 tensor");
+  TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradcheck", "f must return a float64 tensor");
   const int64_t n_out = out.numel();
   const bool full = n_out <= opts.max_jacobian_outputs;
   std::vector<Tensor> diff_leaves;

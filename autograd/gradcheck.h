@@ -17,10 +17,10 @@ struct GradcheckOptions {
 };
 
 struct GradcheckInputReport {
-  bool checked = false;      // false for inputs that do not require grad
+  bool checked = false;  // false for inputs that do not require grad
   bool ok = true;
-  int64_t worst_index = -1;  // row-major index of the worst element of the input
-  int64_t worst_output = -1; // output element (or -1 for the projected check)
+  int64_t worst_index = -1;   // row-major index of the worst element of the input
+  int64_t worst_output = -1;  // output element (or -1 for the projected check)
   double analytic = 0, numeric = 0, error = 0;
 };
 

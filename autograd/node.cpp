@@ -18,10 +18,10 @@ SavedTensor::SavedTensor(const Tensor& t) {
 Tensor SavedTensor::unpack(const char* op) const {
   if (data_.defined()) {
     uint64_t now = data_.impl()->storage->version();
-    TG_CHECK(now == version_, "backward",
-             "a tensor of shape ", shape_str(data_.sizes()), " saved by '", op,
-             "' for its backward was modified in place afterwards (version ", version_, " -> ",
-             now, "); clone it before the in-place op, or run the in-place op after backward");
+    TG_CHECK(now == version_, "backward", "a tensor of shape ", shape_str(data_.sizes()),
+             " saved by '", op, "' for its backward was modified in place afterwards (version ",
+             version_, " -> ", now,
+             "); clone it before the in-place op, or run the in-place op after backward");
   }
   return data_;
 }

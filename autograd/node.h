@@ -43,12 +43,12 @@ struct OutputMeta {
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
 struct Node {
-  std::string name;              // the op, for error messages
-  uint64_t sequence_nr = 0;      // position on the tape
-  std::vector<Edge> next;        // one per input of the op
+  std::string name;          // the op, for error messages
+  uint64_t sequence_nr = 0;  // position on the tape
+  std::vector<Edge> next;    // one per input of the op
   std::vector<OutputMeta> outputs;
-  BackwardFn backward;           // returns one gradient per input (undefined where none)
-  bool released = false;         // saved tensors freed after a backward without retain_graph
+  BackwardFn backward;    // returns one gradient per input (undefined where none)
+  bool released = false;  // saved tensors freed after a backward without retain_graph
 };
 
 // Records `outputs` as produced by an op over `inputs` when grad mode is on and any input

@@ -18,17 +18,40 @@ struct View {
 };
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Silu, Gelu,
-  SiluGrad, GeluGrad,  // derivatives used by backward formulas
-  Pow,                 // x^param
-  IsFinite,            // -> bool
-  LogicalNot,          // bool -> bool
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Sign,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Silu,
+  Gelu,
+  SiluGrad,
+  GeluGrad,    // derivatives used by backward formulas
+  Pow,         // x^param
+  IsFinite,    // -> bool
+  LogicalNot,  // bool -> bool
 };
 
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge,  // -> bool
-  LogicalAnd, LogicalOr,   // bool
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,  // -> bool
+  LogicalAnd,
+  LogicalOr,  // bool
 };
 
 enum class ReduceOp : uint8_t { Sum, Max, Min };

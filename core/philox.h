@@ -16,7 +16,8 @@ namespace tg {
 // The 32-bit word at stream position `pos` for generator `seed`.
 TG_HD inline uint32_t philox_word(uint64_t seed, uint64_t pos) {
   uint64_t block = pos / 4;
-  philox4x32_ctr_t ctr = {{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u}};
+  philox4x32_ctr_t ctr = {
+      {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u}};
   philox4x32_key_t key = {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
   philox4x32_ctr_t r = philox4x32(ctr, key);
   return r.v[pos % 4];

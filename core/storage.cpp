@@ -35,7 +35,8 @@ Allocator& allocator_for(Device d) {
   static CpuAllocator cpu;
   if (d.is_cpu()) return g_allocators[0] ? *g_allocators[0] : cpu;
   Allocator* a = g_allocators[static_cast<int>(d.type)];
-  TG_CHECK(a != nullptr, "alloc", "device ", d, " is not available: tapegrad was built without CUDA");
+  TG_CHECK(a != nullptr, "alloc", "device ", d,
+           " is not available: tapegrad was built without CUDA");
   return *a;
 }
 

@@ -32,11 +32,23 @@ struct TensorImpl {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType t) : dtype_(t) {}   // NOLINT: implicit so zeros({2}, kFloat64) reads well
+  TensorOptions(DType t) : dtype_(t) {}    // NOLINT: implicit so zeros({2}, kFloat64) reads well
   TensorOptions(Device d) : device_(d) {}  // NOLINT
-  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
-  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  TensorOptions dtype(DType t) const {
+    auto o = *this;
+    o.dtype_ = t;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  TensorOptions requires_grad(bool r) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }

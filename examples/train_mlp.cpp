@@ -2,10 +2,10 @@
 // printing the loss as it falls. The project's main job until the transformer lands.
 //
 //   train_mlp [steps] [seed]
+#include <tapegrad.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <tapegrad.h>
 #include <vector>
 
 namespace {

@@ -148,9 +148,8 @@ Tensor neg(const Tensor& x) {
   detail::check_defined(x, "neg", "self");
   TG_CHECK(x.dtype() != kBool, "neg", "argument 'self' must be numeric, got bool");
   Tensor out = unary_kernel(UnaryOp::Neg, x, 0, x.dtype());
-  record("neg", {x}, {&out}, [](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{neg(g[0])};
-  });
+  record("neg", {x}, {&out},
+         [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; });
   return out;
 }
 
@@ -251,8 +250,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_same_device(a, cond, "where", "condition");
   detail::check_same_device(a, b, "where", "other");
   detail::check_same_dtype(a, b, "where", "other");
-  Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(),
-                                 "where");
+  Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   Tensor out = Tensor::empty_like_shape(shape, a.dtype(), a.device());
   if (out.numel())
     detail::backend_of(a).where(view_as(cond, shape), view_as(a, shape), view_as(b, shape),

@@ -21,10 +21,9 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     detail::check_same_device(first, t, "cat", arg.c_str());
     detail::check_same_dtype(first, t, "cat", arg.c_str());
     bool same = t.dim() == first.dim();
-    for (int64_t k = 0; same && k < t.dim(); ++k)
-      same = k == d || t.sizes()[k] == first.sizes()[k];
-    TG_CHECK(same, "cat", "argument '", arg, "' has shape ", shape_str(t.sizes()),
-             ", expected ", shape_str(first.sizes()), " except in dim ", d);
+    for (int64_t k = 0; same && k < t.dim(); ++k) same = k == d || t.sizes()[k] == first.sizes()[k];
+    TG_CHECK(same, "cat", "argument '", arg, "' has shape ", shape_str(t.sizes()), ", expected ",
+             shape_str(first.sizes()), " except in dim ", d);
     lengths.push_back(t.sizes()[d]);
     out_shape[d] += t.sizes()[d];
   }
@@ -32,8 +31,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   int64_t at = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     Tensor part = out.detach().narrow(d, at, lengths[i]);
-    if (part.numel())
-      detail::backend_of(out).copy(detail::view_of(ts[i]), detail::view_of(part));
+    if (part.numel()) detail::backend_of(out).copy(detail::view_of(ts[i]), detail::view_of(part));
     at += lengths[i];
   }
   record("cat", ts, {&out}, [d, lengths](const std::vector<Tensor>& g) {

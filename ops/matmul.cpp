@@ -17,8 +17,8 @@ Tensor gemm_ready(const Tensor& t) {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   const int64_t na = a.dim(), nb = b.dim();
   TG_CHECK(a.sizes()[na - 1] == b.sizes()[nb - 2], "matmul", "inner dims differ: self ",
-           shape_str(a.sizes()), " @ other ", shape_str(b.sizes()), " (", a.sizes()[na - 1],
-           " vs ", b.sizes()[nb - 2], ")");
+           shape_str(a.sizes()), " @ other ", shape_str(b.sizes()), " (", a.sizes()[na - 1], " vs ",
+           b.sizes()[nb - 2], ")");
   Shape ba(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
   Shape batch = broadcast_shapes(ba, bb, "matmul");
   const int64_t m = a.sizes()[na - 2], k = a.sizes()[na - 1], n = b.sizes()[nb - 1];

@@ -54,8 +54,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = Tensor::empty_like_shape(out_shape, weight.dtype(), weight.device());
   Tensor w = weight.detach().contiguous(), i = ids.contiguous();
   if (out.numel())
-    detail::backend_of(w).gather_rows(detail::view_of(w), detail::view_of(i),
-                                      detail::view_of(out));
+    detail::backend_of(w).gather_rows(detail::view_of(w), detail::view_of(i), detail::view_of(out));
   if (any_requires_grad({weight})) {
     SavedTensor si(i);
     record("embedding", {weight}, {&out}, [si, rows](const std::vector<Tensor>& g) {
@@ -80,13 +79,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   Tensor valid = ne(targets, static_cast<double>(opts.ignore_index));
   Tensor safe = where(valid, targets, 0.0);
   check_ids_in_range(safe, classes, "cross_entropy", "targets");
-  Tensor classes_iota = arange(static_cast<double>(classes), TensorOptions(kInt64).device(logits.device()));
+  Tensor classes_iota =
+      arange(static_cast<double>(classes), TensorOptions(kInt64).device(logits.device()));
   Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
   Tensor nll = neg(sum(where(pick, log_softmax(logits, -1), 0.0), {-1}));
   Tensor losses = where(valid, nll, 0.0);
   switch (opts.reduction) {
-    case Reduction::None: return losses;
-    case Reduction::Sum: return sum(losses);
+    case Reduction::None:
+      return losses;
+    case Reduction::Sum:
+      return sum(losses);
     case Reduction::Mean: {
       double count = static_cast<double>(sum(valid).item<int64_t>());
       return div(sum(losses), count > 0 ? count : 1.0);

@@ -12,13 +12,13 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op, const c
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* arg) {
-  TG_CHECK(a.dtype() == b.dtype(), op, "argument '", arg, "' has dtype ", b.dtype(),
-           ", expected ", a.dtype(), " like the first argument (convert with .to(dtype))");
+  TG_CHECK(a.dtype() == b.dtype(), op, "argument '", arg, "' has dtype ", b.dtype(), ", expected ",
+           a.dtype(), " like the first argument (convert with .to(dtype))");
 }
 
 void check_floating(const Tensor& t, const char* op, const char* arg) {
-  TG_CHECK(is_floating(t.dtype()), op, "argument '", arg,
-           "' must be float32 or float64, got ", t.dtype());
+  TG_CHECK(is_floating(t.dtype()), op, "argument '", arg, "' must be float32 or float64, got ",
+           t.dtype());
 }
 
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg) {

@@ -6,7 +6,9 @@
 
 namespace tg::detail {
 
-inline View view_of(const Tensor& t) { return View{t.raw_data(), t.dtype(), t.sizes(), t.strides()}; }
+inline View view_of(const Tensor& t) {
+  return View{t.raw_data(), t.dtype(), t.sizes(), t.strides()};
+}
 // t seen with target's sizes (stride 0 on broadcast dims).
 inline View view_as(const Tensor& t, const Shape& target) {
   return View{t.raw_data(), t.dtype(), target, broadcast_strides(t.sizes(), t.strides(), target)};

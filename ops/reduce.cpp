@@ -159,8 +159,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     } else if (shape[d - lead] == 1 && x.sizes()[d] != 1) {
       dims.push_back(d);
     } else {
-      TG_CHECK(shape[d - lead] == x.sizes()[d], "sum_to", "cannot sum shape ",
-               shape_str(x.sizes()), " to ", shape_str(shape));
+      TG_CHECK(shape[d - lead] == x.sizes()[d], "sum_to", "cannot sum shape ", shape_str(x.sizes()),
+               " to ", shape_str(shape));
     }
   }
   Tensor s = dims.empty() ? x : sum(x, dims, true);

@@ -125,8 +125,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 
 Tensor Tensor::expand(const Shape& want) const {
   const int64_t nd = static_cast<int64_t>(want.size()), lead = nd - dim();
-  TG_CHECK(lead >= 0, "expand", "cannot expand shape ", shape_str(sizes()), " to ",
-           shape_str(want), " (fewer dims)");
+  TG_CHECK(lead >= 0, "expand", "cannot expand shape ", shape_str(sizes()), " to ", shape_str(want),
+           " (fewer dims)");
   Shape s(nd), st(nd, 0);
   for (int64_t i = 0; i < nd; ++i) {
     if (i < lead) {
@@ -137,8 +137,8 @@ Tensor Tensor::expand(const Shape& want) const {
     }
     int64_t have = sizes()[i - lead];
     int64_t w = want[i] == -1 ? have : want[i];
-    TG_CHECK(have == w || have == 1, "expand", "cannot expand shape ", shape_str(sizes()),
-             " to ", shape_str(want), " (dim ", i, ": ", have, " vs ", w, ")");
+    TG_CHECK(have == w || have == 1, "expand", "cannot expand shape ", shape_str(sizes()), " to ",
+             shape_str(want), " (dim ", i, ": ", have, " vs ", w, ")");
     s[i] = w;
     st[i] = (have == w) ? strides()[i - lead] : 0;
   }

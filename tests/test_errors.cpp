@@ -8,10 +8,16 @@ using tgtest::check_throws_with_prefix;
 TEST_CASE("shape errors") {
   Tensor a = ones({2, 3}), b = ones({4});
   check_throws_with_prefix([&] { add(a, b); }, "[add]", "not broadcastable");
-  check_throws_with_prefix([&] { matmul(ones({2, 3}), ones({4, 5})); }, "[matmul]",
-                           "inner dims differ");
-  check_throws_with_prefix([&] { matmul(ones({2, 2, 3}), ones({3, 3, 1})); }, "[matmul]",
-                           "not broadcastable");
+  check_throws_with_prefix(
+      [&] {
+        matmul(ones({2, 3}), ones({4, 5}));
+      },
+      "[matmul]", "inner dims differ");
+  check_throws_with_prefix(
+      [&] {
+        matmul(ones({2, 2, 3}), ones({3, 3, 1}));
+      },
+      "[matmul]", "not broadcastable");
   check_throws_with_prefix([&] { matmul(scalar_tensor(1.0), ones({2})); }, "[matmul]",
                            "at least 1-D");
   check_throws_with_prefix([&] { a.view({4, 2}); }, "[view]", "invalid");
@@ -28,11 +34,17 @@ TEST_CASE("shape errors") {
   check_throws_with_prefix([&] { cat({a, ones({3, 3})}, 1); }, "[cat]", "tensors[1]");
   check_throws_with_prefix([&] { cat({}, 0); }, "[cat]", "non-empty");
   check_throws_with_prefix([&] { stack({a, ones({3, 2})}); }, "[stack]", "tensors[1]");
-  check_throws_with_prefix([&] { split(ones({5}), std::vector<int64_t>{2, 2}); }, "[split]",
-                           "sum to 4");
+  check_throws_with_prefix(
+      [&] {
+        split(ones({5}), std::vector<int64_t>{2, 2});
+      },
+      "[split]", "sum to 4");
   check_throws_with_prefix([&] { chunk(ones({5}), 0); }, "[chunk]", "positive");
-  check_throws_with_prefix([&] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}); },
-                           "[from_vector]", "3 values");
+  check_throws_with_prefix(
+      [&] {
+        from_vector(std::vector<float>{1, 2, 3}, {2, 2});
+      },
+      "[from_vector]", "3 values");
   check_throws_with_prefix([&] { empty({-1}); }, "[empty]", "non-negative");
   check_throws_with_prefix([&] { ones({2}).item<float>(); }, "[item]", "one element");
   check_throws_with_prefix([&] { tg::max(empty({0})); }, "[max]", "size 0");
@@ -56,17 +68,21 @@ TEST_CASE("nn op errors") {
   Tensor w = ones({4, 3});
   check_throws_with_prefix([&] { embedding(w, ones({2}, kInt64).to(kFloat32)); }, "[embedding]",
                            "'ids' must be int64");
-  check_throws_with_prefix([&] { embedding(w, from_vector(std::vector<int64_t>{0, 4}, {2})); },
-                           "[embedding]", "[0, 4)");
-  check_throws_with_prefix([&] { embedding(ones({4}), ones({1}, kInt64)); }, "[embedding]",
-                           "2-D");
+  check_throws_with_prefix(
+      [&] {
+        embedding(w, from_vector(std::vector<int64_t>{0, 4}, {2}));
+      },
+      "[embedding]", "[0, 4)");
+  check_throws_with_prefix([&] { embedding(ones({4}), ones({1}, kInt64)); }, "[embedding]", "2-D");
   Tensor logits = ones({2, 3});
   check_throws_with_prefix(
-      [&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0, 3}, {2})); },
+      [&] {
+        cross_entropy(logits, from_vector(std::vector<int64_t>{0, 3}, {2}));
+      },
       "[cross_entropy]", "[0, 3)");
   check_throws_with_prefix(
-      [&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0}, {1})); },
-      "[cross_entropy]", "expected [2]");
+      [&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0}, {1})); }, "[cross_entropy]",
+      "expected [2]");
   check_throws_with_prefix([&] { cross_entropy(logits, ones({2})); }, "[cross_entropy]",
                            "'targets' must be int64");
   check_throws_with_prefix([&] { dropout(logits, 1.0, 0, 0); }, "[dropout]", "[0, 1)");

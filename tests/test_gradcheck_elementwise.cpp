@@ -19,9 +19,12 @@ Tensor sliced(int64_t rows, int64_t cols, uint64_t seed, double lo = -1, double 
 // Checks a binary op plain, broadcast both ways and with non-contiguous operands.
 void check_binary(Tensor (*op)(const Tensor&, const Tensor&), double lo = -1, double hi = 1) {
   Fn f = [op](const std::vector<Tensor>& x) { return op(x[0], x[1]); };
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({3, 4}, 1, lo, hi)), leaf(rnd({3, 4}, 2, lo, hi))}));
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({3, 1}, 3, lo, hi)), leaf(rnd({4}, 4, lo, hi))}));
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({2, 3, 4}, 5, lo, hi)), leaf(rnd({}, 6, lo, hi))}));
+  CHECK_GRADCHECK(
+      f, (std::vector<Tensor>{leaf(rnd({3, 4}, 1, lo, hi)), leaf(rnd({3, 4}, 2, lo, hi))}));
+  CHECK_GRADCHECK(f,
+                  (std::vector<Tensor>{leaf(rnd({3, 1}, 3, lo, hi)), leaf(rnd({4}, 4, lo, hi))}));
+  CHECK_GRADCHECK(f,
+                  (std::vector<Tensor>{leaf(rnd({2, 3, 4}, 5, lo, hi)), leaf(rnd({}, 6, lo, hi))}));
   CHECK_GRADCHECK(f, (std::vector<Tensor>{strided(3, 4, 7, lo, hi), sliced(3, 4, 8, lo, hi)}));
 }
 

@@ -46,8 +46,8 @@ TEST_CASE("dropout at a fixed seed") {
 
 TEST_CASE("cat, stack, split, chunk") {
   Fn c = [](const std::vector<Tensor>& x) { return cat({x[0], exp(x[1]), x[0]}, 1); };
-  CHECK_GRADCHECK(c, (std::vector<Tensor>{leaf(rnd({3, 2}, 1).transpose(0, 1)),
-                                          leaf(rnd({2, 1}, 2))}));
+  CHECK_GRADCHECK(
+      c, (std::vector<Tensor>{leaf(rnd({3, 2}, 1).transpose(0, 1)), leaf(rnd({2, 1}, 2))}));
   Fn s = [](const std::vector<Tensor>& x) { return stack({x[0], mul(x[1], 2.0)}, -1); };
   CHECK_GRADCHECK(s, (std::vector<Tensor>{leaf(rnd({2, 3}, 3)), leaf(rnd({2, 3}, 4))}));
   Fn sp = [](const std::vector<Tensor>& x) {
@@ -69,8 +69,8 @@ TEST_CASE("a small MLP's loss end to end") {
     Tensor h = gelu(add(matmul(x, p[0]), p[1]));
     return cross_entropy(matmul(h, p[2]), t);
   };
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({3, 4}, 2)), leaf(rnd({4}, 3)),
-                                          leaf(rnd({4, 2}, 4))}));
+  CHECK_GRADCHECK(
+      f, (std::vector<Tensor>{leaf(rnd({3, 4}, 2)), leaf(rnd({4}, 3)), leaf(rnd({4, 2}, 4))}));
 }
 
 TEST_CASE("gradcheck itself catches a wrong gradient") {
@@ -80,6 +80,8 @@ TEST_CASE("gradcheck itself catches a wrong gradient") {
   CHECK(!r.ok);
   CHECK(r.message.find("MISMATCH") != std::string::npos);
   tgtest::check_throws_with_prefix(
-      [] { gradcheck([](const std::vector<Tensor>& x) { return x[0]; }, {ones({2}).requires_grad_()}); },
+      [] {
+        gradcheck([](const std::vector<Tensor>& x) { return x[0]; }, {ones({2}).requires_grad_()});
+      },
       "[gradcheck]", "float64");
 }

@@ -54,6 +54,6 @@ TEST_CASE("matmul: 2-D, transposed, batched with broadcast, 1-D") {
   CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({4}, 7)), leaf(rnd({2, 4, 3}, 8))}));
   CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({3, 4}, 9)), leaf(rnd({4}, 10))}));
   CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({4}, 11)), leaf(rnd({4}, 12))}));
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({3, 8}, 13).slice(1, 0, 8, 2)),
-                                          leaf(rnd({4, 2}, 14))}));
+  CHECK_GRADCHECK(
+      f, (std::vector<Tensor>{leaf(rnd({3, 8}, 13).slice(1, 0, 8, 2)), leaf(rnd({4, 2}, 14))}));
 }

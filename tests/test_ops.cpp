@@ -105,8 +105,9 @@ TEST_CASE("matmul against a reference loop: layouts, batches, 1-D") {
               naive_matmul(sl.contiguous().to_vector<double>(), b.to_vector<double>(), 5, 7, 3));
   // an operand strided in both dims is copied first
   Tensor strided = rnd({10, 14}, 4).slice(0, 0, 10, 2).slice(1, 0, 14, 2);
-  check_close(matmul(strided, b).to_vector<double>(),
-              naive_matmul(strided.contiguous().to_vector<double>(), b.to_vector<double>(), 5, 7, 3));
+  check_close(
+      matmul(strided, b).to_vector<double>(),
+      naive_matmul(strided.contiguous().to_vector<double>(), b.to_vector<double>(), 5, 7, 3));
   // batch broadcast: (2, 1, 5, 7) @ (3, 7, 3) -> (2, 3, 5, 3)
   Tensor ba = rnd({2, 1, 5, 7}, 5), bb = rnd({3, 7, 3}, 6);
   Tensor bc = matmul(ba, bb);
@@ -165,8 +166,8 @@ TEST_CASE("softmax, log_softmax, cross_entropy spot values") {
   check_close(softmax(x, 1).to_vector<double>(),
               {std::exp(1) / z, std::exp(2) / z, std::exp(3) / z, 1.0 / 3, 1.0 / 3, 1.0 / 3});
   check_close(log_softmax(x, -1).to_vector<double>(),
-              {1 - std::log(z), 2 - std::log(z), 3 - std::log(z), -std::log(3.0),
-               -std::log(3.0), -std::log(3.0)});
+              {1 - std::log(z), 2 - std::log(z), 3 - std::log(z), -std::log(3.0), -std::log(3.0),
+               -std::log(3.0)});
   Tensor t = from_vector(std::vector<int64_t>{2, 0}, {2});
   double l0 = std::log(z) - 3, l1 = std::log(3.0);
   CHECK(cross_entropy(x, t).item<double>() == doctest::Approx((l0 + l1) / 2));

@@ -67,8 +67,7 @@ TEST_CASE("views share storage with their base") {
   CHECK(p.sizes() == Shape{3, 4, 2});
   Tensor sl = x.slice(2, 1, 4, 2);  // columns 1 and 3
   CHECK(sl.sizes() == Shape{2, 3, 2});
-  CHECK(sl.to_vector<double>() ==
-        std::vector<double>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
+  CHECK(sl.to_vector<double>() == std::vector<double>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
   Tensor nr = x.narrow(1, 1, 2);
   CHECK(nr.offset() == 4);
   CHECK(x.slice(0, -1, 100).sizes() == Shape{1, 3, 4});

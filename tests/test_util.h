@@ -2,9 +2,9 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <tapegrad.h>
 #include <cmath>
 #include <string>
-#include <tapegrad.h>
 #include <vector>
 
 namespace tgtest {

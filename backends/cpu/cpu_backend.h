@@ -27,10 +27,14 @@ struct CpuBackend final : Backend {
 template <class F>
 decltype(auto) dispatch(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Int64: return f(int64_t{});
-    case DType::Bool: return f(bool{});
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::Int64:
+      return f(int64_t{});
+    case DType::Bool:
+      return f(bool{});
   }
   return f(float{});
 }

@@ -53,9 +53,10 @@ void map2(const View& a, const View& b, const View& out, F f) {
 
 // Instantiates `fn` with the op as a compile-time constant so the switch in the scalar
 // functor folds away inside the loop.
-#define TG_UNARY_CASES(X) \
-  X(Neg) X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Tanh) X(Sigmoid) X(Relu) X(Silu) \
-  X(Gelu) X(SiluGrad) X(GeluGrad) X(Pow)
+#define TG_UNARY_CASES(X)                                                                  \
+  X(Neg)                                                                                   \
+  X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) \
+      X(SiluGrad) X(GeluGrad) X(Pow)
 #define TG_ARITH_CASES(X) X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum)
 #define TG_COMPARE_CASES(X) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)
 
@@ -63,14 +64,17 @@ template <class T>
 void unary_float(UnaryOp op, const View& x, const View& out, double param) {
   const T p = static_cast<T>(param);
   switch (op) {
-#define X(name)                                                                             \
-  case UnaryOp::name:                                                                       \
+#define X(name)                                                                     \
+  case UnaryOp::name:                                                               \
     map1<T, T>(x, out, [p](T v) { return scalar::unary<T>(UnaryOp::name, v, p); }); \
     break;
     TG_UNARY_CASES(X)
 #undef X
-    case UnaryOp::IsFinite: map1<bool, T>(x, out, [](T v) { return std::isfinite(v); }); break;
-    default: break;
+    case UnaryOp::IsFinite:
+      map1<bool, T>(x, out, [](T v) { return std::isfinite(v); });
+      break;
+    default:
+      break;
   }
 }
 
@@ -149,8 +153,8 @@ void CpuBackend::where(const View& cond, const View& a, const View& b, const Vie
     for_each_run<4>(out.sizes, {&out.strides, &cond.strides, &a.strides, &b.strides},
                     [&](int64_t n, std::array<int64_t, 4> o, std::array<int64_t, 4> s) {
                       for (int64_t i = 0; i < n; ++i)
-                        op[o[0] + i * s[0]] = cp[o[1] + i * s[1]] ? ap[o[2] + i * s[2]]
-                                                                  : bp[o[3] + i * s[3]];
+                        op[o[0] + i * s[0]] =
+                            cp[o[1] + i * s[1]] ? ap[o[2] + i * s[2]] : bp[o[3] + i * s[3]];
                     });
   });
 }

@@ -56,10 +56,14 @@ void matmul_typed(const View& a, const View& b, const View& c) {
         for (int64_t j = 0; j < n; ++j) cp[co + i * ldc + j] = T(0);
       return;
     }
-    if (ra && rb) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-    else if (ra) gemm<T, Eigen::RowMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-    else if (rb) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-    else gemm<T, Eigen::ColMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    if (ra && rb)
+      gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else if (ra)
+      gemm<T, Eigen::RowMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else if (rb)
+      gemm<T, Eigen::ColMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    else
+      gemm<T, Eigen::ColMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
   };
   if (batch > 1) {
 #pragma omp parallel for schedule(static)

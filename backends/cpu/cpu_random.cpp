@@ -32,8 +32,7 @@ void CpuBackend::rand_normal(const View& dst, uint64_t seed, uint64_t offset) {
   });
 }
 
-void CpuBackend::dropout(const View& x, const View& out, double p, uint64_t seed,
-                         uint64_t offset) {
+void CpuBackend::dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) {
   dispatch_float(out.dtype, [&](auto t) {
     using T = decltype(t);
     const T* xp = static_cast<const T*>(x.data);

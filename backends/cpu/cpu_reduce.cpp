@@ -86,10 +86,18 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
 
 void CpuBackend::reduce(ReduceOp op, const View& x, const View& out, const View& arg) {
   switch (x.dtype) {
-    case DType::Float32: reduce_typed<float, float>(op, x, out, arg); break;
-    case DType::Float64: reduce_typed<double, double>(op, x, out, arg); break;
-    case DType::Int64: reduce_typed<int64_t, double>(op, x, out, arg); break;
-    case DType::Bool: reduce_typed<bool, double>(op, x, out, arg); break;
+    case DType::Float32:
+      reduce_typed<float, float>(op, x, out, arg);
+      break;
+    case DType::Float64:
+      reduce_typed<double, double>(op, x, out, arg);
+      break;
+    case DType::Int64:
+      reduce_typed<int64_t, double>(op, x, out, arg);
+      break;
+    case DType::Bool:
+      reduce_typed<bool, double>(op, x, out, arg);
+      break;
   }
 }
 

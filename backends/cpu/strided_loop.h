@@ -12,8 +12,8 @@ namespace tg::cpu {
 
 template <int N>
 struct Loop {
-  Shape sizes;                     // coalesced, innermost last
-  std::array<Shape, N> strides;    // per operand
+  Shape sizes;                   // coalesced, innermost last
+  std::array<Shape, N> strides;  // per operand
   int64_t inner() const { return sizes.empty() ? 1 : sizes.back(); }
 };
 
@@ -23,8 +23,7 @@ Loop<N> coalesce(const Shape& sizes, const std::array<const Shape*, N>& strides)
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 1) continue;
     bool merge = !l.sizes.empty();
-    for (int k = 0; k < N && merge; ++k)
-      merge = l.strides[k].back() == (*strides[k])[d] * sizes[d];
+    for (int k = 0; k < N && merge; ++k) merge = l.strides[k].back() == (*strides[k])[d] * sizes[d];
     if (merge) {
       l.sizes.back() *= sizes[d];
       for (int k = 0; k < N; ++k) l.strides[k].back() = (*strides[k])[d];

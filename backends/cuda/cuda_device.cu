@@ -18,8 +18,9 @@ bool cuda_is_available() {
 
 Backend& cuda_backend() {
   TG_CHECK(cuda_is_available(), "cuda", "no CUDA device is available on this machine");
-  fail("cuda", "this build has CUDA device discovery only; tensor kernels on CUDA come with "
-               "the CUDA backend");
+  fail("cuda",
+       "this build has CUDA device discovery only; tensor kernels on CUDA come with "
+       "the CUDA backend");
 }
 
 }  // namespace tg

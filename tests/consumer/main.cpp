@@ -1,6 +1,6 @@
 // Built against the installed package by scripts/test.sh: find_package(tapegrad) works.
-#include <cstdio>
 #include <tapegrad.h>
+#include <cstdio>
 
 int main() {
   tg::Tensor x = tg::arange(4, tg::kFloat64).requires_grad_();
