@@ -54,11 +54,13 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   const int64_t n_out = out.numel();
   const bool full = n_out <= opts.max_jacobian_outputs;
   std::vector<Tensor> diff_leaves;
+  diff_leaves.reserve(checked.size());
   for (size_t i : checked) diff_leaves.push_back(leaves[i]);
 
   // Cotangents: one-hot rows of the Jacobian, or one random projection.
   std::vector<Tensor> cotangents;
   if (full) {
+    cotangents.reserve(n_out);
     for (int64_t k = 0; k < n_out; ++k) {
       std::vector<double> e(n_out, 0.0);
       e[k] = 1.0;
@@ -69,21 +71,16 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     cotangents.push_back(randn(out.sizes(), gen, kFloat64));
   }
 
-  // analytic[c][j] = d<cot_c, f>/d diff_leaves[j], row-major values.
-  std::vector<std::vector<std::vector<double>>> analytic;
-  if (out.requires_grad()) {
-    for (size_t c = 0; c < cotangents.size(); ++c) {
-      auto gs = grad({out}, diff_leaves, {cotangents[c]}, /*retain_graph=*/true);
-      std::vector<std::vector<double>> row;
-      for (auto& g : gs) row.push_back(g.to_vector<double>());
-      analytic.push_back(std::move(row));
+  // analytic[c][j] = d<cotangent c, f> / d diff_leaves[j], row-major. An output that does not
+  // require grad has zero analytic gradients (and fails if f really depends on the inputs).
+  std::vector<std::vector<std::vector<double>>> analytic(cotangents.size());
+  for (size_t c = 0; c < cotangents.size(); ++c) {
+    for (size_t j = 0; j < diff_leaves.size(); ++j) {
+      analytic[c].emplace_back(diff_leaves[j].numel(), 0.0);
     }
-  } else {
-    for (size_t c = 0; c < cotangents.size(); ++c) {
-      std::vector<std::vector<double>> row;
-      for (auto& l : diff_leaves) row.emplace_back(l.numel(), 0.0);
-      analytic.push_back(std::move(row));
-    }
+    if (!out.requires_grad()) continue;
+    auto gs = grad({out}, diff_leaves, {cotangents[c]}, /*retain_graph=*/true);
+    for (size_t j = 0; j < gs.size(); ++j) analytic[c][j] = gs[j].to_vector<double>();
   }
 
   GradcheckResult result;

@@ -154,10 +154,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
            shape_str(shape));
   Dims dims;
   for (int64_t d = 0; d < nd; ++d) {
-    if (d < lead) {
-      dims.push_back(d);
-    } else if (shape[d - lead] == 1 && x.sizes()[d] != 1) {
-      dims.push_back(d);
+    if (d < lead || (shape[d - lead] == 1 && x.sizes()[d] != 1)) {
+      dims.push_back(d);  // a leading dim broadcasting added, or a size-1 dim it expanded
     } else {
       TG_CHECK(shape[d - lead] == x.sizes()[d], "sum_to", "cannot sum shape ", shape_str(x.sizes()),
                " to ", shape_str(shape));
