@@ -57,7 +57,14 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
       if (is_sum) {
         Acc s = 0;
         if (inner_st == 1) {
-          for (int64_t i = 0; i < inner; ++i) s += static_cast<Acc>(row[i]);
+          // Independent lanes so the compiler vectorizes; a fixed order, so still deterministic.
+          constexpr int64_t kLanes = 16;
+          Acc lane[kLanes] = {};
+          int64_t i = 0;
+          for (; i + kLanes <= inner; i += kLanes)
+            for (int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<Acc>(row[i + l]);
+          for (int64_t l = 0; l < kLanes; ++l) s += lane[l];
+          for (; i < inner; ++i) s += static_cast<Acc>(row[i]);
         } else {
           for (int64_t i = 0; i < inner; ++i) s += static_cast<Acc>(row[i * inner_st]);
         }

@@ -1,0 +1,100 @@
+// Core-op benchmark: each tapegrad op against a plain reference on the same machine (Eigen
+// GEMM on the same buffers, a plain loop for elementwise work). Prints one line per case:
+//   name <TAB> tapegrad ms <TAB> reference ms
+// bench/compare_torch.py runs this and the same ops in PyTorch and prints the ratios.
+//
+//   bench_ops [threads]
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <tapegrad.h>
+#include <vector>
+
+namespace {
+
+// Median of `reps` timed runs after one warm-up, in milliseconds.
+double time_ms(const std::function<void()>& fn, int reps = 9) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    fn();
+    auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void row(const char* name, double ours, double ref) {
+  std::printf("%s\t%.3f\t%.3f\n", name, ours, ref);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  tg::set_num_threads(threads);
+  tg::Generator gen{1, 0};
+
+  for (int64_t n : {256, 512, 1024}) {
+    tg::Tensor a = tg::randn({n, n}, gen), b = tg::randn({n, n}, gen);
+    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Eigen::Map<const Mat> ea(a.data_ptr<float>(), n, n), eb(b.data_ptr<float>(), n, n);
+    Mat ec(n, n);
+    double ours = time_ms([&] { tg::matmul(a, b); });
+    double ref = time_ms([&] { ec.noalias() = ea * eb; });
+    char name[64];
+    std::snprintf(name, sizeof name, "matmul_f32_%lld", static_cast<long long>(n));
+    row(name, ours, ref);
+  }
+  {
+    tg::Tensor a = tg::randn({8, 64, 256, 64}, gen), b = tg::randn({8, 64, 64, 256}, gen);
+    double ours = time_ms([&] { tg::matmul(a, b); });
+    row("bmm_f32_512x256x64x256", ours, 0);
+  }
+
+  const int64_t n = 1 << 22;
+  tg::Tensor x = tg::randn({n}, gen), y = tg::randn({n}, gen);
+  std::vector<float> out(n);
+  const float* xp = x.data_ptr<float>();
+  const float* yp = y.data_ptr<float>();
+  row("add_f32_4M", time_ms([&] { tg::add(x, y); }), time_ms([&] {
+        float* o = out.data();
+#pragma omp parallel for
+        for (int64_t i = 0; i < n; ++i) o[i] = xp[i] + yp[i];
+      }));
+  row("gelu_f32_4M", time_ms([&] { tg::gelu(x); }), time_ms([&] {
+        float* o = out.data();
+#pragma omp parallel for
+        for (int64_t i = 0; i < n; ++i) {
+          float v = xp[i];
+          o[i] = 0.5f * v * (1.f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+        }
+      }));
+  tg::Tensor m = x.reshape({4096, 1024});
+  row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), time_ms([&] {
+        float* o = out.data();
+#pragma omp parallel for
+        for (int64_t r = 0; r < 4096; ++r) {
+          float s = 0;
+          for (int64_t c = 0; c < 1024; ++c) s += xp[r * 1024 + c];
+          o[r] = s;
+        }
+      }));
+  row("softmax_f32_4096x1024", time_ms([&] { tg::softmax(m, -1); }), 0);
+  tg::Tensor mg = m.detach().requires_grad_();
+  tg::Tensor gout = tg::randn({4096, 1024}, gen);
+  row("softmax_fwd_bwd_f32_4096x1024", time_ms([&] {
+        tg::softmax(mg, -1).backward(gout);
+        mg.zero_grad();
+      }),
+      0);
+  tg::Tensor mt = m.transpose(0, 1);
+  row("transpose_copy_f32_1024x4096", time_ms([&] { mt.contiguous(); }), 0);
+  return 0;
+}
