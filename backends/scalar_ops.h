@@ -7,22 +7,70 @@
 
 namespace tg::scalar {
 
-template <class T>
-TG_HD inline T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+TG_HD inline float bits_to_float(int bits) {
+#ifdef __CUDA_ARCH__
+  return __int_as_float(bits);
+#else
+  return __builtin_bit_cast(float, bits);
+#endif
 }
 
-// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// exp for float32 that the compiler can vectorize (std::exp is a library call it cannot):
+// Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-7 Taylor polynomial for e^r
+// (truncation error below 1e-8 relative), then 2^n from the exponent bits. Within 2 ulp of
+// std::exp; exact 0 below -104 (so exp(-inf) = 0), inf above 88.7, NaN stays NaN.
+TG_HD inline float exp_f32(float x) {
+  const float hi = 88.72283f, lo = -103.97208f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
+  float n = (xc * 1.44269504f + shifter) - shifter;
+  float r = xc - n * 0.693145752f;  // ln2 split in two for an exact product
+  r = r - n * 1.42860677e-6f;
+  float p = 1.9841270e-4f;
+  p = p * r + 1.3888889e-3f;
+  p = p * r + 8.3333333e-3f;
+  p = p * r + 4.1666667e-2f;
+  p = p * r + 1.6666667e-1f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // 2^n in two halves so that n down to -150 (subnormal results) stays representable.
+  int ni = static_cast<int>(n);
+  int n1 = ni / 2, n2 = ni - n1;
+  float s1 = bits_to_float((n1 + 127) << 23);
+  float s2 = bits_to_float((n2 + 127) << 23);
+  float y = p * s1 * s2;
+  y = x < lo ? 0.0f : y;
+  y = x > hi ? __builtin_inff() : y;
+  return x != x ? x : y;
+}
+
+template <class T>
+TG_HD inline T exp_any(T x) {
+  if constexpr (sizeof(T) == 4) {
+    return exp_f32(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+template <class T>
+TG_HD inline T sigmoid(T x) {
+  return T(1) / (T(1) + exp_any(-x));
+}
+
+// GELU, tanh form: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), computed as
+// x * sigmoid(2z) (the same function) so it needs only exp.
 template <class T>
 TG_HD inline T gelu(T x) {
   const T k = T(0.7978845608028654), c = T(0.044715);
-  return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x)));
+  return x * sigmoid(T(2) * k * (x + c * x * x * x));
 }
 template <class T>
 TG_HD inline T gelu_grad(T x) {
   const T k = T(0.7978845608028654), c = T(0.044715);
-  T th = std::tanh(k * (x + c * x * x * x));
-  return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * k * (T(1) + T(3) * c * x * x);
+  T s = sigmoid(T(2) * k * (x + c * x * x * x));  // = 0.5 (1 + tanh z)
+  return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }
 
 template <class T>

@@ -239,3 +239,29 @@ TEST_CASE("results are bitwise identical run to run") {
   auto r1 = run(), r2 = run();
   CHECK(r1 == r2);
 }
+
+TEST_CASE("float32 exp is within 2 ulp of std::exp and exact at the edges") {
+  std::vector<float> xs;
+  for (float x = -110.f; x < 90.f; x += 0.0137f) xs.push_back(x);
+  xs.insert(xs.end(), {0.f, -0.f, 1e-8f, -1e-8f, 88.7f, -87.3f, -103.9f});
+  Tensor t = from_vector(xs, {static_cast<int64_t>(xs.size())});
+  auto got = exp(t).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    float want = std::exp(xs[i]);
+    INFO("x = " << xs[i] << ": got " << got[i] << ", want " << want);
+    if (std::isinf(want)) {
+      CHECK(got[i] == want);
+    } else if (want < 1.2e-38f) {  // subnormal results: absolute error of a couple of subnormal steps
+      CHECK(std::abs(got[i] - want) <= 4e-45f + 2.4e-7f * want);
+    } else {
+      CHECK(std::abs(got[i] - want) <= 2.4e-7f * want);
+    }
+  }
+  auto edge = exp(from_vector(std::vector<float>{-INFINITY, INFINITY, NAN, 100.f, -200.f}, {5}))
+                  .to_vector<float>();
+  CHECK(edge[0] == 0.f);
+  CHECK(edge[1] == INFINITY);
+  CHECK(std::isnan(edge[2]));
+  CHECK(edge[3] == INFINITY);
+  CHECK(edge[4] == 0.f);
+}
