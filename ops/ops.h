@@ -6,3 +6,4 @@
 #include "ops/linalg.h"
 #include "ops/nn.h"
 #include "ops/reduce.h"
+#include "ops/sdpa.h"

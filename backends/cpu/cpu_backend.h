@@ -2,6 +2,7 @@
 // defined across the cpu_*.cpp files, one file per kind of kernel.
 #pragma once
 #include "backends/backend.h"
+#include "backends/sdpa_params.h"
 
 namespace tg::cpu {
 
@@ -19,6 +20,8 @@ struct CpuBackend final : Backend {
   void dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) override;
   void gather_rows(const View& weight, const View& ids, const View& out) override;
   void scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) override;
+  void sdpa_forward(const SdpaParams& p) override;
+  void sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) override;
   void to_host(const void* src, void* dst, size_t bytes) override;
   void from_host(const void* src, void* dst, size_t bytes) override;
 };

@@ -1,0 +1,286 @@
+// SDPA on the CPU in the manner of FlashAttention-2: query tiles against key tiles with an
+// online softmax; the backward rebuilds P from the saved logsumexp tile by tile. Nothing of
+// size Sq x Skv is ever allocated (except the score gradient, when a float mask asks for it).
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/scalar_ops.h"
+
+namespace tg::cpu {
+namespace {
+
+constexpr int64_t kBr = 64;  // query rows per tile
+constexpr int64_t kBc = 64;  // keys per tile
+
+template <class T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Map = Eigen::Map<Mat<T>>;
+
+// rows x width block of a (B, H, S, D) view at (b, h, row0) into a dense row-major buffer.
+template <class T>
+void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst) {
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * sr;
+    T* d = dst + r * width;
+    if (sd == 1) {
+      std::copy(s, s + width, d);
+    } else {
+      for (int64_t c = 0; c < width; ++c) d[c] = s[c * sd];
+    }
+  }
+}
+
+template <class T>
+void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, const T* src,
+                T factor) {
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  T* dst = static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = src[r * width + c] * factor;
+}
+
+int64_t seq_len(const View& lens, int64_t b, int64_t full) {
+  if (!lens.data) return full;
+  return static_cast<const int64_t*>(lens.data)[b * lens.strides[0]];
+}
+
+// The keys [lo, hi) that causal, window and padding leave visible to any row of a query tile.
+struct KeyRange {
+  int64_t lo = 0, hi = 0;
+};
+KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv) {
+  const int64_t shift = p.align_shift();
+  KeyRange r{0, len_kv};
+  if (p.causal) r.hi = std::min(r.hi, i0 + rows - 1 + shift + 1);
+  if (p.window > 0) r.lo = std::max<int64_t>(0, i0 + shift - p.window + 1);
+  if (r.hi < r.lo) r.hi = r.lo;
+  return r;
+}
+
+// Turns raw dot products S (rows x cols, leading dim ld) into the final masked scores: scale,
+// softcap, ALiBi, float mask, then -inf wherever a mask hides the key. When `tanh_out` is
+// given it receives tanh(s / softcap) for the backward's chain rule.
+template <class T>
+void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, int64_t j0, int64_t cols, int64_t len_q, int64_t len_kv,
+                   T* tanh_out) {
+  const T scale = static_cast<T>(p.scale), cap = static_cast<T>(p.softcap);
+  const T slope = p.alibi ? static_cast<T>(alibi_slope(h, p.heads_q())) : T(0);
+  const int64_t shift = p.align_shift();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const bool float_mask = p.mask.data && p.mask.dtype != kBool;
+  const bool bool_mask = p.mask.data && p.mask.dtype == kBool;
+  const int64_t* ms = p.mask.strides.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r, ia = i + shift;
+    T* row = S + r * ld;
+    const bool row_ok = i < len_q;
+    const int64_t mrow = p.mask.data ? b * ms[0] + h * ms[1] + i * ms[2] : 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t j = j0 + c;
+      T s = row[c] * scale;
+      if (cap > T(0)) {
+        T t = std::tanh(s / cap);
+        if (tanh_out) tanh_out[r * ld + c] = t;
+        s = cap * t;
+      }
+      if (p.alibi) s -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
+      if (float_mask) s += static_cast<const T*>(p.mask.data)[mrow + j * ms[3]];
+      bool ok = row_ok && j < len_kv && sdpa_visible(p.causal, p.window, ia, j);
+      if (bool_mask) ok = ok && static_cast<const bool*>(p.mask.data)[mrow + j * ms[3]];
+      row[c] = ok ? s : ninf;
+    }
+  }
+}
+
+// Multiplies P (rows x cols) by the dropout keep mask and 1 / (1 - p), in place.
+template <class T>
+void apply_dropout(const SdpaParams& p, T* P, int64_t ld, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, int64_t j0, int64_t cols) {
+  const float pf = static_cast<float>(p.dropout_p);
+  const T inv = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  const uint64_t skv = static_cast<uint64_t>(p.len_kv());
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t base =
+        ((static_cast<uint64_t>(b) * p.heads_q() + h) * p.len_q() + (i0 + r)) * skv + j0;
+    for (int64_t c = 0; c < cols; ++c)
+      P[r * ld + c] *= sdpa_keep(p.seed, p.offset, base + c, pf) ? inv : T(0);
+  }
+}
+
+template <class T>
+void forward_typed(const SdpaParams& p) {
+  const int64_t B = p.batch(), Hq = p.heads_q(), G = Hq / p.heads_kv(), Sq = p.len_q();
+  const int64_t Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t q_tiles = (Sq + kBr - 1) / kBr;
+  const int64_t tasks = B * Hq * q_tiles;
+  const T ninf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel
+  {
+    std::vector<T> qt(kBr * Dqk), kt(kBc * Dqk), vt(kBc * Dv), s(kBr * kBc), acc(kBr * Dv);
+    std::vector<T> m(kBr), l(kBr);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq;
+      const int64_t i0 = (task % q_tiles) * kBr, rows = std::min(kBr, Sq - i0);
+      const int64_t len_q = seq_len(p.seq_len_q, b, Sq),
+                    len_kv = seq_len(p.seq_len_kv, b, p.len_kv());
+      std::fill(m.begin(), m.end(), ninf);
+      std::fill(l.begin(), l.end(), T(0));
+      std::fill(acc.begin(), acc.end(), T(0));
+      KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+      load_rows(p.q, b, h, i0, rows, qt.data());
+      Map<T> Q(qt.data(), rows, Dqk), S(s.data(), rows, kBc), A(acc.data(), rows, Dv);
+      for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
+        const int64_t cols = std::min(kBc, kr.hi - j0);
+        load_rows(p.k, b, h / G, j0, cols, kt.data());
+        load_rows(p.v, b, h / G, j0, cols, vt.data());
+        Map<T> K(kt.data(), cols, Dqk), V(vt.data(), cols, Dv);
+        S.leftCols(cols).noalias() = Q * K.transpose();
+        finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv, (T*)nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* row = s.data() + r * kBc;
+          T mt = m[r];
+          for (int64_t c = 0; c < cols; ++c) mt = row[c] > mt ? row[c] : mt;
+          if (mt == ninf) {  // nothing visible in this row yet
+            std::fill(row, row + cols, T(0));
+            continue;
+          }
+          const T alpha = scalar::exp_any(m[r] - mt);  // 0 when m was -inf
+          T sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            T e = scalar::exp_any(row[c] - mt);
+            row[c] = e;
+            sum += e;
+          }
+          l[r] = l[r] * alpha + sum;
+          m[r] = mt;
+          if (alpha != T(1)) A.row(r) *= alpha;
+        }
+        if (p.dropout_p > 0) apply_dropout(p, s.data(), kBc, b, h, i0, rows, j0, cols);
+        A.noalias() += S.leftCols(cols) * V;
+      }
+      T* stats = static_cast<T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const bool any = l[r] > T(0);
+        stats[r] = any ? m[r] + std::log(l[r]) : ninf;
+        A.row(r) *= any ? T(1) / l[r] : T(0);
+      }
+      store_rows(p.out, b, h, i0, rows, acc.data(), T(1));
+    }
+  }
+}
+
+template <class T>
+void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
+  const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const T scale = static_cast<T>(p.scale), ninf = -std::numeric_limits<T>::infinity();
+  const bool dropout = p.dropout_p > 0;
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  // One task per (batch, kv head): it owns dK and dV of that head and dQ of its query
+  // heads, so there are no races and every sum has a fixed order.
+#pragma omp parallel
+  {
+    std::vector<T> qt(kBr * Dqk), dot(kBr * Dv), ot(kBr * Dv), kt(kBc * Dqk), vt(kBc * Dv);
+    std::vector<T> s(kBr * kBc), pd(kBr * kBc), dp(kBr * kBc), th(kBr * kBc);
+    std::vector<T> dq(kBr * Dqk), dk(Skv * Dqk), dv(Skv * Dv), dvec(kBr), lse(kBr);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < B * Hk; ++task) {
+      const int64_t b = task / Hk, hk = task % Hk;
+      const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
+      std::fill(dk.begin(), dk.end(), T(0));
+      std::fill(dv.begin(), dv.end(), T(0));
+      for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+        for (int64_t i0 = 0; i0 < Sq; i0 += kBr) {
+          const int64_t rows = std::min(kBr, Sq - i0);
+          std::fill(dq.begin(), dq.end(), T(0));
+          KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+          if (kr.lo < kr.hi) {
+            load_rows(p.q, b, h, i0, rows, qt.data());
+            load_rows(dout, b, h, i0, rows, dot.data());
+            load_rows(p.out, b, h, i0, rows, ot.data());
+            const T* st = static_cast<const T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
+            for (int64_t r = 0; r < rows; ++r) {
+              T d = 0;
+              for (int64_t c = 0; c < Dv; ++c) d += dot[r * Dv + c] * ot[r * Dv + c];
+              dvec[r] = d;  // D = rowsum(dO * O)
+              lse[r] = st[r];
+            }
+          }
+          Map<T> Q(qt.data(), rows, Dqk), dO(dot.data(), rows, Dv), dQ(dq.data(), rows, Dqk);
+          Map<T> S(s.data(), rows, kBc), Pd(pd.data(), rows, kBc), dP(dp.data(), rows, kBc);
+          for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
+            const int64_t cols = std::min(kBc, kr.hi - j0);
+            load_rows(p.k, b, hk, j0, cols, kt.data());
+            load_rows(p.v, b, hk, j0, cols, vt.data());
+            Map<T> K(kt.data(), cols, Dqk), V(vt.data(), cols, Dv);
+            S.leftCols(cols).noalias() = Q * K.transpose();
+            finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
+                          p.softcap > 0 ? th.data() : nullptr);
+            for (int64_t r = 0; r < rows; ++r) {  // P, rebuilt from the saved logsumexp
+              T* row = s.data() + r * kBc;
+              const T l = lse[r];
+              for (int64_t c = 0; c < cols; ++c)
+                row[c] = l == ninf ? T(0) : scalar::exp_any(row[c] - l);
+              std::copy(row, row + cols, pd.data() + r * kBc);
+            }
+            if (dropout) apply_dropout(p, pd.data(), kBc, b, h, i0, rows, j0, cols);
+            Map<T>(dv.data() + j0 * Dv, cols, Dv).noalias() += Pd.leftCols(cols).transpose() * dO;
+            dP.leftCols(cols).noalias() = dO * V.transpose();
+            for (int64_t r = 0; r < rows; ++r) {
+              T* prow = s.data() + r * kBc;
+              T* dprow = dp.data() + r * kBc;
+              const T* drop = pd.data() + r * kBc;
+              for (int64_t c = 0; c < cols; ++c) {
+                T d = dprow[c];
+                if (dropout) d = drop[c] != T(0) ? d * keep_scale : T(0);
+                T ds = prow[c] * (d - dvec[r]);  // dS = P * (dP - D)
+                if (g.dscores.data) {
+                  static_cast<T*>(g.dscores.data)[((b * Hq + h) * Sq + i0 + r) * Skv + j0 + c] = ds;
+                }
+                if (p.softcap > 0) {
+                  T t = th[r * kBc + c];
+                  ds *= T(1) - t * t;
+                }
+                dprow[c] = ds;
+              }
+            }
+            dQ.noalias() += dP.leftCols(cols) * K;
+            Map<T>(dk.data() + j0 * Dqk, cols, Dqk).noalias() += dP.leftCols(cols).transpose() * Q;
+          }
+          store_rows(g.dq, b, h, i0, rows, dq.data(), scale);
+        }
+      }
+      store_rows(g.dk, b, hk, 0, Skv, dk.data(), scale);
+      store_rows(g.dv, b, hk, 0, Skv, dv.data(), T(1));
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::sdpa_forward(const SdpaParams& p) {
+  if (p.q.dtype == kFloat64) {
+    forward_typed<double>(p);
+  } else {
+    forward_typed<float>(p);
+  }
+}
+
+void CpuBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  if (p.q.dtype == kFloat64) {
+    backward_typed<double>(p, dout, g);
+  } else {
+    backward_typed<float>(p, dout, g);
+  }
+}
+
+}  // namespace tg::cpu

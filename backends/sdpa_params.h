@@ -1,0 +1,69 @@
+// What an SDPA kernel needs, as raw views and scalars (backends never see Tensor or autograd),
+// and the per-element masking rules every backend applies the same way (DESIGN.md §4).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "backends/backend.h"
+#include "core/philox.h"  // TG_HD
+
+namespace tg {
+
+struct SdpaParams {
+  // q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), any strides.
+  View q, k, v;
+  // out (B, Hq, Sq, Dv) and stats (B, Hq, Sq) contiguous.
+  View out, stats;
+  // Optional (data == nullptr when absent): mask broadcast to (B, Hq, Sq, Skv) by its strides
+  // (float: added; bool: true = attend); seq_len_q / seq_len_kv int64 (B).
+  View mask, seq_len_q, seq_len_kv;
+  double scale = 1.0;
+  double softcap = 0.0;
+  bool causal = false;
+  bool bottom_right = false;
+  int64_t window = 0;
+  bool alibi = false;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+
+  int64_t batch() const { return q.sizes[0]; }
+  int64_t heads_q() const { return q.sizes[1]; }
+  int64_t heads_kv() const { return k.sizes[1]; }
+  int64_t len_q() const { return q.sizes[2]; }
+  int64_t len_kv() const { return k.sizes[2]; }
+  int64_t dim_qk() const { return q.sizes[3]; }
+  int64_t dim_v() const { return v.sizes[3]; }
+  // Shift from a query row to its aligned position: 0 (top-left) or Skv - Sq (bottom-right).
+  int64_t align_shift() const { return bottom_right ? len_kv() - len_q() : 0; }
+};
+
+// Gradients an SDPA backward writes: dq/dk/dv shaped like q/k/v, contiguous; dscores
+// (B, Hq, Sq, Skv) contiguous when the float mask needs its gradient, else data == nullptr.
+struct SdpaGradViews {
+  View dq, dk, dv, dscores;
+};
+
+// ALiBi slope of head h of H: 2^(-8(h+1)/H) for H a power of two; otherwise the slopes of the
+// largest power of two n below H, then every other slope of 2n (Press et al., 2022).
+TG_HD inline double alibi_slope(int64_t h, int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  if (h < n) return exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(n));
+  return exp2(-4.0 * static_cast<double>(2 * (h - n) + 1) / static_cast<double>(n));
+}
+
+// Whether key j is structurally visible from aligned query row ia (causal and window; the
+// padding and boolean mask are checked separately).
+TG_HD inline bool sdpa_visible(bool causal, int64_t window, int64_t ia, int64_t j) {
+  if (causal && j > ia) return false;
+  if (window > 0 && j <= ia - window) return false;
+  return true;
+}
+
+// Dropout keeps score (b, h, i, j) when the Philox uniform at offset + its row-major index in
+// (B, Hq, Sq, Skv) exceeds p.
+TG_HD inline bool sdpa_keep(uint64_t seed, uint64_t offset, uint64_t linear, float p) {
+  return philox_uniform(seed, offset + linear) > p;
+}
+
+}  // namespace tg

@@ -1,0 +1,182 @@
+// sdpa: validate -> allocate -> backend kernel -> record the hand-written backward.
+#include "ops/sdpa.h"
+
+#include "ops/sdpa_check.h"
+
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace tg {
+
+namespace {
+
+constexpr const char* kOp = "sdpa";
+
+void check_input(const Tensor& t, const char* arg, const Tensor& q) {
+  detail::check_defined(t, kOp, arg);
+  TG_CHECK(t.dim() == 4, kOp, "argument '", arg, "' must be 4-D (B, H, S, D), got shape ",
+           shape_str(t.sizes()));
+  if (&t != &q) {
+    detail::check_same_dtype(q, t, kOp, arg);
+    detail::check_same_device(q, t, kOp, arg);
+  }
+}
+
+void check_lengths(const std::optional<Tensor>& len, const char* arg, int64_t batch, int64_t max,
+                   const Tensor& q) {
+  if (!len) return;
+  const Tensor& t = *len;
+  detail::check_defined(t, kOp, arg);
+  detail::check_dtype(t, kInt64, kOp, arg);
+  detail::check_same_device(q, t, kOp, arg);
+  TG_CHECK(t.sizes() == Shape{batch}, kOp, "argument '", arg, "' must have shape [", batch,
+           "], got ", shape_str(t.sizes()));
+  if (t.numel() == 0) return;
+  const int64_t lo = tg::min(t).item<int64_t>();
+  const int64_t hi = tg::max(t).item<int64_t>();
+  TG_CHECK(lo >= 0 && hi <= max, kOp, "argument '", arg, "' holds lengths in [", lo, ", ", hi,
+           "], expected each in [0, ", max, "]");
+}
+
+bool float_mask(const SdpaOptions& o) { return o.mask && o.mask->dtype() != kBool; }
+
+}  // namespace
+
+SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const SdpaOptions& o) {
+  check_input(q, "q", q);
+  check_input(k, "k", q);
+  check_input(v, "v", q);
+  detail::check_floating(q, kOp, "q");
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
+  const int64_t Hk = k.size(1), Skv = k.size(2);
+  TG_CHECK(k.size(0) == B && v.size(0) == B, kOp, "batch sizes differ: q ", shape_str(q.sizes()),
+           ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()));
+  TG_CHECK(Hk > 0 && Hq % Hk == 0, kOp, "query heads (", Hq,
+           ") must be a multiple of key/value heads (", Hk, ")");
+  TG_CHECK(v.size(1) == Hk, kOp, "argument 'v' has ", v.size(1), " heads, expected ", Hk,
+           " like 'k'");
+  TG_CHECK(k.size(3) == D, kOp, "head dims of q and k differ: ", D, " vs ", k.size(3));
+  TG_CHECK(v.size(2) == Skv, kOp, "sequence lengths of k and v differ: ", Skv, " vs ", v.size(2));
+  TG_CHECK(o.dropout_p >= 0 && o.dropout_p < 1, kOp, "dropout_p must be in [0, 1), got ",
+           o.dropout_p);
+  TG_CHECK(o.window >= 0, kOp, "window must be >= 0, got ", o.window);
+  TG_CHECK(o.softcap >= 0, kOp, "softcap must be >= 0, got ", o.softcap);
+  TG_CHECK(!o.scale || std::isfinite(*o.scale), kOp, "scale must be finite");
+  check_lengths(o.seq_len_q, "seq_len_q", B, Sq, q);
+  check_lengths(o.seq_len_kv, "seq_len_kv", B, Skv, q);
+  SdpaParams p;
+  p.q = detail::view_of(q);
+  p.k = detail::view_of(k);
+  p.v = detail::view_of(v);
+  const Shape full{B, Hq, Sq, Skv};
+  if (o.mask) {
+    const Tensor& m = *o.mask;
+    detail::check_defined(m, kOp, "mask");
+    detail::check_same_device(q, m, kOp, "mask");
+    TG_CHECK(m.dtype() == kBool || m.dtype() == q.dtype(), kOp, "argument 'mask' must be bool or ",
+             q.dtype(), " like q, got ", m.dtype());
+    TG_CHECK(m.dim() <= 4, kOp, "argument 'mask' has rank ", m.dim(), ", expected at most 4");
+    Shape b = broadcast_shapes(m.sizes(), full, kOp);
+    TG_CHECK(b == full, kOp, "argument 'mask' of shape ", shape_str(m.sizes()),
+             " does not broadcast to (B, Hq, Sq, Skv) = ", shape_str(full));
+    p.mask = detail::view_as(m, full);
+  }
+  if (o.seq_len_q) p.seq_len_q = detail::view_of(*o.seq_len_q);
+  if (o.seq_len_kv) p.seq_len_kv = detail::view_of(*o.seq_len_kv);
+  p.scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  p.softcap = o.softcap;
+  p.causal = o.causal;
+  p.bottom_right = o.causal_align == CausalAlign::BottomRight;
+  p.window = o.window;
+  p.alibi = o.alibi;
+  p.dropout_p = o.dropout_p;
+  p.seed = o.seed;
+  p.offset = o.offset;
+  return p;
+}
+
+SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const SdpaOptions& opts) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
+  Tensor out = zeros({B, Hq, Sq, v.size(3)}, q.options());
+  Tensor stats = full({B, Hq, Sq, 1}, -INFINITY, q.options());
+  p.out = detail::view_of(out);
+  p.stats = detail::view_of(stats);
+  if (out.numel() && k.size(2)) detail::backend_of(q).sdpa_forward(p);
+  return {out, stats};
+}
+
+SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  const Shape out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
+  const Shape stats_shape{q.size(0), q.size(1), q.size(2), 1};
+  for (auto [t, name, shape] :
+       {std::tuple{&out, "out", out_shape}, std::tuple{&dout, "dout", out_shape},
+        std::tuple{&stats, "stats", stats_shape}}) {
+    detail::check_defined(*t, "sdpa_backward", name);
+    detail::check_same_dtype(q, *t, "sdpa_backward", name);
+    detail::check_same_device(q, *t, "sdpa_backward", name);
+    TG_CHECK(t->sizes() == shape, "sdpa_backward", "argument '", name, "' has shape ",
+             shape_str(t->sizes()), ", expected ", shape_str(shape));
+  }
+  Tensor st = stats.contiguous();
+  p.out = detail::view_of(out);
+  p.stats = detail::view_of(st);
+  SdpaGrads g;
+  g.dq = zeros(q.sizes(), q.options());
+  g.dk = zeros(k.sizes(), k.options());
+  g.dv = zeros(v.sizes(), v.options());
+  SdpaGradViews views{detail::view_of(g.dq), detail::view_of(g.dk), detail::view_of(g.dv), {}};
+  Tensor dscores;
+  if (float_mask(opts)) {
+    dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
+    views.dscores = detail::view_of(dscores);
+  }
+  if (out.numel() && k.size(2))
+    detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
+  if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes());
+  return g;
+}
+
+SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts) {
+  SdpaResult r = sdpa_forward(q.detach(), k.detach(), v.detach(), opts);
+  const bool mask_grad = float_mask(opts) && opts.mask->requires_grad();
+  std::vector<Tensor> inputs{q, k, v};
+  if (mask_grad) inputs.push_back(*opts.mask);
+  if (any_requires_grad(inputs)) {
+    SavedTensor sq(q), sk(k), sv(v), so(r.out), ss(r.stats);
+    SdpaOptions saved = opts;  // keeps the mask and lengths alive for backward
+    record(kOp, inputs, {&r.out},
+           [sq, sk, sv, so, ss, saved, mask_grad](const std::vector<Tensor>& g) {
+             SdpaGrads d = sdpa_backward(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp),
+                                         so.unpack(kOp), g[0].contiguous(), ss.unpack(kOp), saved);
+             std::vector<Tensor> r{d.dq, d.dk, d.dv};
+             if (mask_grad) r.push_back(d.dmask);
+             return r;
+           });
+  }
+  return r;
+}
+
+Tensor alibi_slopes(int64_t heads) {
+  std::vector<double> s(heads);
+  for (int64_t h = 0; h < heads; ++h) s[h] = alibi_slope(h, heads);
+  return from_vector(s, {heads});
+}
+
+Tensor sdpa_dropout_mask(int64_t batch, int64_t heads_q, int64_t len_q, int64_t len_kv,
+                         const SdpaOptions& opts, Device device) {
+  TG_CHECK(opts.dropout_p >= 0 && opts.dropout_p < 1, "sdpa_dropout_mask",
+           "dropout_p must be in [0, 1), got ", opts.dropout_p);
+  Generator gen{opts.seed, opts.offset};
+  Tensor u = rand({batch, heads_q, len_q, len_kv}, gen, TensorOptions(kFloat32).device(device));
+  return gt(u, static_cast<double>(static_cast<float>(opts.dropout_p)));
+}
+
+}  // namespace tg

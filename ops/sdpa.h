@@ -1,0 +1,54 @@
+// Scaled-dot-product attention with softmax statistics and a hand-written backward
+// (DESIGN.md §4). q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), Hq % Hk == 0.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace tg {
+
+enum class CausalAlign { TopLeft, BottomRight };
+
+struct SdpaOptions {
+  std::optional<double> scale;  // default 1/sqrt(Dqk)
+  bool causal = false;
+  CausalAlign causal_align = CausalAlign::TopLeft;  // or BottomRight: j <= i + Skv - Sq
+  int64_t window = 0;                               // > 0 keeps keys j > i_aligned - window
+  std::optional<Tensor>
+      mask;  // broadcastable to (B, Hq, Sq, Skv); float: added; bool: true = attend
+  std::optional<Tensor> seq_len_q, seq_len_kv;  // int64 (B): rows/keys at or past them are padding
+  bool alibi = false;                           // adds -slope_h * |i_aligned - j|
+  double softcap = 0;                           // > 0: scores become c * tanh(s / c)
+  double dropout_p = 0;
+  uint64_t seed = 0, offset = 0;  // dropout stream position (DESIGN.md §5)
+};
+
+struct SdpaResult {
+  Tensor out;    // (B, Hq, Sq, Dv)
+  Tensor stats;  // (B, Hq, Sq, 1): logsumexp of the masked scores, -inf for fully masked rows
+};
+
+struct SdpaGrads {
+  Tensor dq, dk, dv;
+  Tensor dmask;  // the float mask's gradient reduced to its shape; undefined otherwise
+};
+
+// Differentiable through the tape (q, k, v and a float mask may require grad).
+SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts = {});
+// The two passes, for users who drive them: no tape.
+SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const SdpaOptions& opts = {});
+SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts = {});
+// The same function composed from primitive ops (matmul, softmax pieces, where), with autograd
+// through it: the reference the kernels are tested against. Materializes (B, Hq, Sq, Skv).
+SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const SdpaOptions& opts = {});
+// The dropout keep-mask (bool, (B, Hq, Sq, Skv)) that sdpa uses for these options.
+Tensor sdpa_dropout_mask(int64_t batch, int64_t heads_q, int64_t len_q, int64_t len_kv,
+                         const SdpaOptions& opts, Device device = kCPU);
+// ALiBi slopes of `heads` heads (float64, (heads)).
+Tensor alibi_slopes(int64_t heads);
+
+}  // namespace tg

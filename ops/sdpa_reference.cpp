@@ -1,0 +1,62 @@
+// sdpa_reference: SDPA composed from primitive ops, with autograd through them. It
+// materializes the (B, Hq, Sq, Skv) scores; it is the yardstick the kernels are tested against.
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "ops/ops.h"
+#include "ops/sdpa_check.h"
+
+namespace tg {
+
+SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const SdpaOptions& opts) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
+  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
+  const TensorOptions idx = TensorOptions(kInt64).device(q.device());
+
+  // GQA without repeating K/V: query heads of a group share one broadcast K/V head.
+  Tensor s = matmul(q.reshape({B, Hk, G, Sq, D}), k.unsqueeze(2).transpose(-1, -2));
+  s = mul(s.reshape({B, Hq, Sq, Skv}), p.scale);
+  if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
+
+  Tensor i_aligned = add(arange(Sq, idx), static_cast<double>(p.align_shift())).reshape({Sq, 1});
+  Tensor j = arange(Skv, idx).reshape({1, Skv});
+  if (p.alibi) {
+    Tensor dist = abs(sub(i_aligned, j)).to(q.dtype());
+    Tensor slopes = alibi_slopes(Hq).to(q.dtype()).to(q.device()).reshape({Hq, 1, 1});
+    s = sub(s, mul(slopes, dist));
+  }
+  const bool bool_mask = opts.mask && opts.mask->dtype() == kBool;
+  if (opts.mask && !bool_mask) s = add(s, *opts.mask);
+
+  Tensor allowed = ones({1, 1, Sq, Skv}, idx.dtype(kBool));
+  if (p.causal) allowed = logical_and(allowed, le(j, i_aligned));
+  if (p.window > 0)
+    allowed = logical_and(allowed, gt(j, sub(i_aligned, static_cast<double>(p.window))));
+  if (bool_mask) allowed = logical_and(allowed, *opts.mask);
+  if (opts.seq_len_q)
+    allowed = logical_and(
+        allowed, lt(arange(Sq, idx).reshape({1, 1, Sq, 1}), opts.seq_len_q->reshape({B, 1, 1, 1})));
+  if (opts.seq_len_kv)
+    allowed =
+        logical_and(allowed, lt(j.reshape({1, 1, 1, Skv}), opts.seq_len_kv->reshape({B, 1, 1, 1})));
+  s = where(allowed, s, -INFINITY);
+
+  // logsumexp that stays NaN-free in forward and backward when a row is fully masked.
+  Tensor m = max(s.detach(), {-1}, true);
+  m = where(isfinite(m), m, 0.0);
+  Tensor sumexp = sum(exp(sub(s, m)), {-1}, true);
+  Tensor nonempty = gt(sumexp, 0.0);
+  Tensor lse = add(log(where(nonempty, sumexp, 1.0)), m);
+  Tensor stats = where(nonempty, lse, -INFINITY);
+  Tensor prob = exp(sub(s, lse));
+  if (p.dropout_p > 0) {
+    Tensor keep = sdpa_dropout_mask(B, Hq, Sq, Skv, opts, q.device()).to(q.dtype());
+    prob = mul(mul(prob, keep), 1.0 / (1.0 - p.dropout_p));
+  }
+  Tensor out = matmul(prob.reshape({B, Hk, G, Sq, Skv}), v.unsqueeze(2));
+  return {out.reshape({B, Hq, Sq, Dv}), stats.detach()};
+}
+
+}  // namespace tg

@@ -1,0 +1,337 @@
+// SDPA kernels against sdpa_reference over random option combinations, gradcheck of sdpa
+// itself, edge cases and bad input.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace tg;
+using tgtest::check_throws_with_prefix;
+using tgtest::rnd;
+
+namespace {
+
+// max |got - want| / max(|want|), treating matching infinities as equal.
+double rel_error(const Tensor& got, const Tensor& want) {
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  REQUIRE(g.size() == w.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isinf(w[i]) || std::isinf(g[i])) {
+      if (g[i] != w[i]) return INFINITY;
+      continue;
+    }
+    if (std::isnan(g[i]) || std::isnan(w[i])) return INFINITY;
+    scale = std::max(scale, std::abs(w[i]));
+    err = std::max(err, std::abs(g[i] - w[i]));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+struct Config {
+  int64_t B, Hq, Hk, Sq, Skv, D, Dv;
+  SdpaOptions opts;
+  bool strided = false;
+  int mask_kind = 0;  // 0 none, 1 float, 2 bool
+  Shape mask_shape;
+  std::string describe() const {
+    std::ostringstream os;
+    os << "B=" << B << " Hq=" << Hq << " Hk=" << Hk << " Sq=" << Sq << " Skv=" << Skv << " D=" << D
+       << " Dv=" << Dv << " causal=" << opts.causal
+       << " br=" << (opts.causal_align == CausalAlign::BottomRight) << " window=" << opts.window
+       << " mask=" << mask_kind << shape_str(mask_shape) << " pad=" << bool(opts.seq_len_q)
+       << bool(opts.seq_len_kv) << " alibi=" << opts.alibi << " softcap=" << opts.softcap
+       << " p=" << opts.dropout_p << " strided=" << strided;
+    return os.str();
+  }
+};
+
+Config random_config(std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Config c;
+  c.B = pick(1, 2);
+  c.Hk = pick(1, 2);
+  c.Hq = c.Hk * pick(1, 3);
+  const bool long_seq = coin(0.25);  // several tiles of 64
+  c.Sq = long_seq ? pick(60, 150) : pick(1, 20);
+  c.Skv = coin(0.5) ? c.Sq : (long_seq ? pick(60, 150) : pick(1, 20));
+  c.D = std::vector<int64_t>{4, 8, 16}[pick(0, 2)];
+  c.Dv = coin(0.7) ? c.D : pick(3, 12);
+  c.strided = coin(0.3);
+  SdpaOptions& o = c.opts;
+  if (coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
+  o.causal = coin(0.4);
+  if (coin(0.5)) o.causal_align = CausalAlign::BottomRight;
+  if (coin(0.25)) o.window = pick(1, 8);
+  o.alibi = coin(0.25);
+  if (coin(0.25)) o.softcap = 2.0 + pick(0, 20) / 4.0;
+  if (coin(0.25)) {
+    o.dropout_p = coin(0.5) ? 0.2 : 0.5;
+    o.seed = static_cast<uint64_t>(pick(0, 1000));
+    o.offset = static_cast<uint64_t>(pick(0, 3)) * 4;
+  }
+  if (coin(0.25)) {
+    std::vector<int64_t> lq, lkv;
+    for (int64_t b = 0; b < c.B; ++b) {
+      lq.push_back(pick(0, c.Sq));
+      lkv.push_back(pick(0, c.Skv));
+    }
+    if (coin(0.5)) o.seq_len_q = from_vector(lq, {c.B});
+    o.seq_len_kv = from_vector(lkv, {c.B});
+  }
+  c.mask_kind = static_cast<int>(pick(0, 2));
+  if (c.mask_kind) {
+    const std::vector<Shape> shapes = {
+        {c.Sq, c.Skv},          {1, 1, c.Sq, c.Skv},      {c.B, 1, c.Sq, c.Skv},
+        {1, c.Hq, c.Sq, c.Skv}, {c.B, c.Hq, c.Sq, c.Skv}, {c.B, 1, 1, c.Skv}};
+    c.mask_shape = shapes[pick(0, static_cast<int64_t>(shapes.size()) - 1)];
+  }
+  return c;
+}
+
+struct Inputs {
+  Tensor q, k, v, mask, dout;
+};
+
+Inputs make_inputs(const Config& c, uint64_t seed) {
+  Inputs in;
+  auto make = [&](int64_t H, int64_t S, int64_t D, uint64_t s) {
+    if (!c.strided) return rnd({c.B, H, S, D}, s, -1.5, 1.5);
+    return rnd({c.B, S, H, D}, s, -1.5, 1.5).transpose(1, 2);  // (B, S, H, D) viewed as BHSD
+  };
+  in.q = make(c.Hq, c.Sq, c.D, seed);
+  in.k = make(c.Hk, c.Skv, c.D, seed + 1);
+  in.v = make(c.Hk, c.Skv, c.Dv, seed + 2);
+  in.dout = rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3);
+  if (c.mask_kind == 1) in.mask = rnd(c.mask_shape, seed + 4, -2, 2);
+  if (c.mask_kind == 2) in.mask = gt(rnd(c.mask_shape, seed + 5), -0.6);
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
+  std::mt19937_64 rng(20261122);
+  const int configs = 300;
+  for (int n = 0; n < configs; ++n) {
+    Config c = random_config(rng);
+    Inputs in = make_inputs(c, 100 + 10 * n);
+    SdpaOptions o = c.opts;
+    if (c.mask_kind) o.mask = in.mask;
+    INFO("config " << n << ": " << c.describe());
+
+    // float64 kernel against the float64 reference, forward and backward.
+    auto [out, stats] = sdpa_forward(in.q, in.k, in.v, o);
+    SdpaGrads g = sdpa_backward(in.q, in.k, in.v, out, in.dout, stats, o);
+    Tensor rq = in.q.detach().requires_grad_(), rk = in.k.detach().requires_grad_();
+    Tensor rv = in.v.detach().requires_grad_();
+    SdpaOptions ro = o;
+    if (c.mask_kind == 1) ro.mask = in.mask.detach().requires_grad_();
+    auto ref = sdpa_reference(rq, rk, rv, ro);
+    std::vector<Tensor> wrt{rq, rk, rv};
+    if (c.mask_kind == 1) wrt.push_back(*ro.mask);
+    auto rg = grad({ref.out}, wrt, {in.dout});
+    CHECK(rel_error(out, ref.out) < 1e-10);
+    CHECK(rel_error(stats, ref.stats) < 1e-10);
+    CHECK(rel_error(g.dq, rg[0]) < 1e-10);
+    CHECK(rel_error(g.dk, rg[1]) < 1e-10);
+    CHECK(rel_error(g.dv, rg[2]) < 1e-10);
+    if (c.mask_kind == 1) CHECK(rel_error(g.dmask, rg[3]) < 1e-10);
+
+    // float32 kernel against the float64 reference.
+    SdpaOptions o32 = o;
+    if (c.mask_kind == 1) o32.mask = in.mask.to(kFloat32);
+    Tensor q32 = in.q.to(kFloat32), k32 = in.k.to(kFloat32), v32 = in.v.to(kFloat32);
+    auto [out32, stats32] = sdpa_forward(q32, k32, v32, o32);
+    SdpaGrads g32 = sdpa_backward(q32, k32, v32, out32, in.dout.to(kFloat32), stats32, o32);
+    CHECK(rel_error(out32, ref.out) < 1e-4);
+    CHECK(rel_error(stats32, ref.stats) < 1e-4);
+    CHECK(rel_error(g32.dq, rg[0]) < 1e-4);
+    CHECK(rel_error(g32.dk, rg[1]) < 1e-4);
+    CHECK(rel_error(g32.dv, rg[2]) < 1e-4);
+    if (c.mask_kind == 1) CHECK(rel_error(g32.dmask, rg[3]) < 1e-4);
+  }
+}
+
+TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  Tensor q = rnd({1, 2, 5, 4}, 1).requires_grad_(), k = rnd({1, 1, 6, 4}, 2).requires_grad_();
+  Tensor v = rnd({1, 1, 6, 3}, 3).requires_grad_(), m = rnd({2, 5, 6}, 4).requires_grad_();
+  SUBCASE("causal, GQA, float mask with its gradient") {
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.causal = true;
+      o.causal_align = CausalAlign::BottomRight;
+      o.mask = x[3];
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    auto r = gradcheck(f, {q, k, v, m});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  SUBCASE("dropout at a fixed seed, softcap, ALiBi, bool mask, padding") {
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.dropout_p = 0.3;
+      o.seed = 7;
+      o.softcap = 3.0;
+      o.alibi = true;
+      o.mask = gt(rnd({5, 6}, 9), -0.5);
+      o.seq_len_kv = from_vector(std::vector<int64_t>{5}, {1});
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    auto r = gradcheck(f, {q, k, v});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  SUBCASE("strided inputs") {
+    Tensor qs = rnd({1, 5, 2, 4}, 5).transpose(1, 2).requires_grad_();
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.window = 2;
+      o.causal = true;
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    auto r = gradcheck(f, {qs, k, v});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
+  Tensor q = rnd({1, 1, 4, 8}, 1).requires_grad_(), k = rnd({1, 1, 4, 8}, 2).requires_grad_();
+  Tensor v = rnd({1, 1, 4, 8}, 3).requires_grad_();
+  SdpaOptions o;
+  o.mask = from_vector(std::vector<bool>{true, true, false, false, false, false, false, false, true,
+                                         false, true, false, false, false, false, false},
+                       {4, 4});
+  o.seq_len_q = from_vector(std::vector<int64_t>{3}, {1});
+  auto [out, stats] = sdpa(q, k, v, o);
+  auto s = stats.to_vector<double>();
+  CHECK(std::isfinite(s[0]));
+  CHECK(s[1] == -INFINITY);  // every key masked
+  CHECK(s[3] == -INFINITY);  // padding row
+  auto ov = out.to_vector<double>();
+  for (int c = 0; c < 8; ++c) {
+    CHECK(ov[8 + c] == 0.0);
+    CHECK(ov[24 + c] == 0.0);
+  }
+  tg::sum(out).backward();
+  for (const Tensor& t : {q.grad(), k.grad(), v.grad()})
+    for (double x : t.to_vector<double>()) CHECK(std::isfinite(x));
+  auto gq = q.grad().to_vector<double>();
+  for (int c = 0; c < 8; ++c) CHECK(gq[8 + c] == 0.0);
+  // No key at all.
+  auto [o0, s0] = sdpa(rnd({1, 1, 2, 4}, 4), rnd({1, 1, 0, 4}, 5), rnd({1, 1, 0, 4}, 6));
+  CHECK(o0.to_vector<double>() == std::vector<double>(8, 0.0));
+  CHECK(s0.to_vector<double>() == std::vector<double>{-INFINITY, -INFINITY});
+}
+
+TEST_CASE("edge cases: single query or key, huge scores, p = 0 and p near 1") {
+  SdpaOptions o;
+  for (auto [sq, skv] : {std::pair<int64_t, int64_t>{1, 7}, {7, 1}, {1, 1}}) {
+    Tensor q = rnd({2, 2, sq, 4}, 1), k = rnd({2, 2, skv, 4}, 2), v = rnd({2, 2, skv, 4}, 3);
+    CHECK(rel_error(sdpa_forward(q, k, v).out, sdpa_reference(q, k, v).out) < 1e-12);
+  }
+  Tensor q = rnd({1, 2, 70, 8}, 4), k = rnd({1, 2, 70, 8}, 5), v = rnd({1, 2, 70, 8}, 6);
+  o.scale = 1e4;  // scores in the thousands: the online softmax must not overflow
+  auto big = sdpa_forward(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o);
+  for (float x : big.out.to_vector<float>()) CHECK(std::isfinite(x));
+  CHECK(rel_error(big.out, sdpa_reference(q, k, v, o).out) < 1e-4);
+  SdpaOptions none, zero;
+  zero.dropout_p = 0.0;
+  zero.seed = 99;
+  CHECK(sdpa_forward(q, k, v, none).out.to_vector<double>() ==
+        sdpa_forward(q, k, v, zero).out.to_vector<double>());
+  SdpaOptions high;
+  high.dropout_p = 0.99;
+  high.seed = 3;
+  auto r = sdpa_forward(q, k, v, high);
+  for (double x : r.out.to_vector<double>()) CHECK(std::isfinite(x));
+  CHECK(rel_error(r.out, sdpa_reference(q, k, v, high).out) < 1e-10);
+}
+
+TEST_CASE("dropout: keep rate within 4 sigma, one mask for forward, backward and the dump") {
+  SdpaOptions o;
+  o.dropout_p = 0.3;
+  o.seed = 1234;
+  o.offset = 8;
+  Tensor keep = sdpa_dropout_mask(2, 4, 64, 64, o);
+  const double n = 2 * 4 * 64 * 64, kept = static_cast<double>(tg::sum(keep).item<int64_t>());
+  CHECK(std::abs(kept - n * 0.7) < 4 * std::sqrt(n * 0.3 * 0.7));
+  // Element (b, h, i, j) uses stream position offset + its row-major index.
+  auto kv = keep.to_vector<bool>();
+  for (uint64_t idx : {0ull, 1ull, 4095ull, 12345ull, 32767ull})
+    CHECK(kv[idx] == (philox_uniform(1234, 8 + idx) > 0.3f));
+  // With V = identity rows, out is exactly P_dropped: zero exactly where the mask drops.
+  Tensor q = rnd({1, 1, 6, 6}, 1), k = rnd({1, 1, 6, 6}, 2);
+  Tensor v = eq(arange(6, kFloat64).reshape({6, 1}), arange(6, kFloat64))
+                 .to(kFloat64)
+                 .reshape({1, 1, 6, 6});
+  auto out = sdpa_forward(q, k, v, o).out.to_vector<double>();
+  auto mask = sdpa_dropout_mask(1, 1, 6, 6, o).to_vector<bool>();
+  for (size_t i = 0; i < out.size(); ++i) CHECK((out[i] != 0.0) == mask[i]);
+  // Backward: dV row j collects only kept P, so a dropped column gives no gradient to V there.
+  Tensor dout = ones({1, 1, 6, 6}, kFloat64);
+  auto [o2, st] = sdpa_forward(q, k, v, o);
+  SdpaGrads g = sdpa_backward(q, k, v, o2, dout, st, o);
+  auto dv = g.dv.to_vector<double>();
+  for (int j = 0; j < 6; ++j) {
+    bool any = false;
+    for (int i = 0; i < 6; ++i) any = any || mask[i * 6 + j];
+    CHECK((dv[j * 6] != 0.0) == any);
+  }
+}
+
+TEST_CASE("ALiBi slopes") {
+  auto s8 = alibi_slopes(8).to_vector<double>();
+  for (int h = 0; h < 8; ++h) CHECK(s8[h] == doctest::Approx(std::pow(2.0, -(h + 1))));
+  auto s6 = alibi_slopes(6).to_vector<double>();  // 4 from H=4, then odd ones of H=8
+  std::vector<double> want = {std::pow(2, -2), std::pow(2, -4), std::pow(2, -6),
+                              std::pow(2, -8), std::pow(2, -1), std::pow(2, -3)};
+  for (int h = 0; h < 6; ++h) CHECK(s6[h] == doctest::Approx(want[h]));
+}
+
+TEST_CASE("bad input gets an [sdpa] error") {
+  Tensor q = ones({1, 4, 3, 8}), k = ones({1, 2, 5, 8}), v = ones({1, 2, 5, 6});
+  check_throws_with_prefix([&] { sdpa(ones({4, 3, 8}), k, v); }, "[sdpa]", "4-D");
+  check_throws_with_prefix([&] { sdpa(ones({1, 3, 3, 8}), k, v); }, "[sdpa]", "multiple");
+  check_throws_with_prefix([&] { sdpa(ones({1, 4, 3, 7}), k, v); }, "[sdpa]", "head dims");
+  check_throws_with_prefix([&] { sdpa(q, k, ones({1, 2, 4, 6})); }, "[sdpa]", "sequence lengths");
+  check_throws_with_prefix([&] { sdpa(q, k.to(kFloat64), v); }, "[sdpa]", "float64");
+  check_throws_with_prefix([&] { sdpa(q.to(kInt64), k.to(kInt64), v.to(kInt64)); }, "[sdpa]",
+                           "int64");
+  SdpaOptions o;
+  o.mask = ones({3, 4});
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "not broadcastable");
+  o.mask = ones({3, 5}, kInt64);
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "'mask' must be bool");
+  o.mask = ones({3, 5}, kFloat64);
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "'mask' must be bool");
+  SdpaOptions d;
+  d.dropout_p = 1.0;
+  check_throws_with_prefix([&] { sdpa(q, k, v, d); }, "[sdpa]", "dropout_p");
+  d.dropout_p = -0.5;
+  check_throws_with_prefix([&] { sdpa(q, k, v, d); }, "[sdpa]", "dropout_p");
+  SdpaOptions w;
+  w.window = -1;
+  check_throws_with_prefix([&] { sdpa(q, k, v, w); }, "[sdpa]", "window");
+  SdpaOptions l;
+  l.seq_len_kv = from_vector(std::vector<int64_t>{5, 5}, {2});
+  check_throws_with_prefix([&] { sdpa(q, k, v, l); }, "[sdpa]", "shape [1]");
+  l.seq_len_kv = from_vector(std::vector<int64_t>{6}, {1});
+  check_throws_with_prefix([&] { sdpa(q, k, v, l); }, "[sdpa]", "[0, 5]");
+  l.seq_len_kv = ones({1});
+  check_throws_with_prefix([&] { sdpa(q, k, v, l); }, "[sdpa]", "int64");
+  auto [out, stats] = sdpa_forward(q, k, v);
+  check_throws_with_prefix(
+      [&] {
+        sdpa_backward(q, k, v, out, ones({1, 4, 3, 5}), stats);
+      },
+      "[sdpa_backward]", "'dout'");
+}
