@@ -11,6 +11,7 @@ namespace {
 
 std::atomic<int64_t> g_live_count{0};
 std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
 
 // 64-byte alignment so vectorized loops and Eigen maps start on a cache line.
 struct CpuAllocator final : Allocator {
@@ -43,7 +44,11 @@ Allocator& allocator_for(Device d) {
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device).allocate(bytes);
   g_live_count.fetch_add(1, std::memory_order_relaxed);
-  g_live_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  int64_t now = g_live_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
+                static_cast<int64_t>(bytes);
+  int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now)) {
+  }
 }
 
 Storage::~Storage() {
@@ -54,5 +59,7 @@ Storage::~Storage() {
 
 int64_t live_storage_count() { return g_live_count.load(); }
 int64_t live_storage_bytes() { return g_live_bytes.load(); }
+int64_t peak_storage_bytes() { return g_peak_bytes.load(); }
+void reset_peak_storage_bytes() { g_peak_bytes.store(g_live_bytes.load()); }
 
 }  // namespace tg

@@ -41,5 +41,8 @@ class Storage {
 // Live storage on all devices, for leak tests and memory reports.
 int64_t live_storage_count();
 int64_t live_storage_bytes();
+// High-water mark of live_storage_bytes since the last reset.
+int64_t peak_storage_bytes();
+void reset_peak_storage_bytes();
 
 }  // namespace tg

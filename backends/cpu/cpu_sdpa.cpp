@@ -64,14 +64,14 @@ KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv
   return r;
 }
 
-// Turns raw dot products S (rows x cols, leading dim ld) into the final masked scores: scale,
-// softcap, ALiBi, float mask, then -inf wherever a mask hides the key. When `tanh_out` is
-// given it receives tanh(s / softcap) for the backward's chain rule.
+// Turns dot products S (rows x cols, leading dim ld; q already multiplied by the scale) into
+// the final masked scores: softcap, ALiBi, float mask, then -inf wherever a mask hides the key.
+// When `tanh_out` is given it receives tanh(s / softcap) for the backward's chain rule.
 template <class T>
 void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, int64_t i0,
                    int64_t rows, int64_t j0, int64_t cols, int64_t len_q, int64_t len_kv,
                    T* tanh_out) {
-  const T scale = static_cast<T>(p.scale), cap = static_cast<T>(p.softcap);
+  const T cap = static_cast<T>(p.softcap);
   const T slope = p.alibi ? static_cast<T>(alibi_slope(h, p.heads_q())) : T(0);
   const int64_t shift = p.align_shift();
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -81,22 +81,37 @@ void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, 
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r, ia = i + shift;
     T* row = S + r * ld;
-    const bool row_ok = i < len_q;
-    const int64_t mrow = p.mask.data ? b * ms[0] + h * ms[1] + i * ms[2] : 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t j = j0 + c;
-      T s = row[c] * scale;
-      if (cap > T(0)) {
-        T t = std::tanh(s / cap);
+    // Keys [lo, hi) of this row that causal, window and padding leave visible.
+    int64_t lo = 0, hi = i < len_q ? len_kv : 0;
+    if (p.causal) hi = std::min(hi, ia + 1);
+    if (p.window > 0) lo = std::max(lo, ia - p.window + 1);
+    lo = std::clamp<int64_t>(lo - j0, 0, cols);
+    hi = std::clamp<int64_t>(hi - j0, lo, cols);
+    if (cap > T(0)) {
+      for (int64_t c = lo; c < hi; ++c) {
+        T t = std::tanh(row[c] / cap);
         if (tanh_out) tanh_out[r * ld + c] = t;
-        s = cap * t;
+        row[c] = cap * t;
       }
-      if (p.alibi) s -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
-      if (float_mask) s += static_cast<const T*>(p.mask.data)[mrow + j * ms[3]];
-      bool ok = row_ok && j < len_kv && sdpa_visible(p.causal, p.window, ia, j);
-      if (bool_mask) ok = ok && static_cast<const bool*>(p.mask.data)[mrow + j * ms[3]];
-      row[c] = ok ? s : ninf;
     }
+    if (p.alibi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        const int64_t j = j0 + c;
+        row[c] -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
+      }
+    }
+    if (p.mask.data) {
+      const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
+      if (float_mask) {
+        const T* m = static_cast<const T*>(p.mask.data) + base;
+        for (int64_t c = lo; c < hi; ++c) row[c] += m[c * ms[3]];
+      } else if (bool_mask) {
+        const bool* m = static_cast<const bool*>(p.mask.data) + base;
+        for (int64_t c = lo; c < hi; ++c) row[c] = m[c * ms[3]] ? row[c] : ninf;
+      }
+    }
+    std::fill(row, row + lo, ninf);
+    std::fill(row + hi, row + cols, ninf);
   }
 }
 
@@ -138,6 +153,7 @@ void forward_typed(const SdpaParams& p) {
       KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
       load_rows(p.q, b, h, i0, rows, qt.data());
       Map<T> Q(qt.data(), rows, Dqk), S(s.data(), rows, kBc), A(acc.data(), rows, Dv);
+      Q *= static_cast<T>(p.scale);  // scores come out of the GEMM already scaled
       for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
         const int64_t cols = std::min(kBc, kr.hi - j0);
         load_rows(p.k, b, h / G, j0, cols, kt.data());
@@ -205,6 +221,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
           if (kr.lo < kr.hi) {
             load_rows(p.q, b, h, i0, rows, qt.data());
+            Map<T>(qt.data(), rows, Dqk) *= scale;  // scaled q: scores and dK need no more scaling
             load_rows(dout, b, h, i0, rows, dot.data());
             load_rows(p.out, b, h, i0, rows, ot.data());
             const T* st = static_cast<const T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
@@ -259,7 +276,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           store_rows(g.dq, b, h, i0, rows, dq.data(), scale);
         }
       }
-      store_rows(g.dk, b, hk, 0, Skv, dk.data(), scale);
+      store_rows(g.dk, b, hk, 0, Skv, dk.data(), T(1));
       store_rows(g.dv, b, hk, 0, Skv, dv.data(), T(1));
     }
   }

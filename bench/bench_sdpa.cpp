@@ -1,0 +1,115 @@
+// SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
+// same function composed from primitive ops), then peak memory at long sequences.
+//
+//   bench_sdpa [threads]
+// Prints one tab-separated line per case:
+//   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
+// and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".
+// bench/compare_sdpa_torch.py runs this beside PyTorch's scaled_dot_product_attention.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <tapegrad.h>
+#include <vector>
+
+namespace {
+
+double time_ms(const std::function<void()>& fn, int reps) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a)
+                    .count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Case {
+  int64_t B, Hq, Hk, S, D;
+  bool causal;
+};
+
+void run_case(const Case& c) {
+  tg::Generator gen{1, 0};
+  auto make = [&](int64_t H) {
+    return tg::randn({c.B, H, c.S, c.D}, gen).requires_grad_();
+  };
+  tg::Tensor q = make(c.Hq), k = make(c.Hk), v = make(c.Hk);
+  tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen);
+  tg::SdpaOptions o;
+  o.causal = c.causal;
+  const int reps = c.S >= 1024 ? 3 : 5;
+  auto fwd = [&](auto f) {
+    return time_ms([&] {
+      tg::NoGradGuard ng;
+      f(q, k, v, o);
+    }, reps);
+  };
+  auto fwdbwd = [&](auto f) {
+    return time_ms([&] {
+      tg::grad({f(q, k, v, o).out}, {q, k, v}, {dout});
+    }, reps);
+  };
+  auto ours = [](auto&... a) { return tg::sdpa(a...); };
+  auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
+  double f = fwd(ours), fb = fwdbwd(ours), rf = fwd(ref), rfb = fwdbwd(ref);
+  // FLOPs: 2 GEMMs forward (4 B H S^2 D), 5 in backward; causal halves both.
+  double flops = 4.0 * c.B * c.Hq * c.S * c.S * c.D * (c.causal ? 0.5 : 1.0);
+  std::printf("B%lld_Hq%lld_Hk%lld_S%lld_D%lld%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n",
+              static_cast<long long>(c.B), static_cast<long long>(c.Hq),
+              static_cast<long long>(c.Hk), static_cast<long long>(c.S),
+              static_cast<long long>(c.D), c.causal ? "_causal" : "", f, fb, rf, rfb,
+              flops / f * 1e-6, 3.5 * flops / fb * 1e-6);
+  std::fflush(stdout);
+}
+
+long rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// Peak tensor storage and process high-water growth of one forward+backward at length S,
+// beyond the inputs and outputs themselves.
+void run_memory(int64_t S) {
+  tg::Generator gen{2, 0};
+  tg::Tensor q = tg::randn({1, 1, S, 64}, gen).requires_grad_();
+  tg::Tensor k = tg::randn({1, 1, S, 64}, gen).requires_grad_();
+  tg::Tensor v = tg::randn({1, 1, S, 64}, gen).requires_grad_();
+  tg::Tensor dout = tg::randn({1, 1, S, 64}, gen);
+  tg::SdpaOptions o;
+  o.causal = true;
+  const int64_t base = tg::live_storage_bytes();
+  tg::reset_peak_storage_bytes();
+  const long rss0 = rss_kib();
+  auto g = tg::grad({tg::sdpa(q, k, v, o).out}, {q, k, v}, {dout});
+  const double io = 4.0 * S * 64 * 4;  // out, dq, dk, dv: the results themselves
+  std::printf("mem\t%lld\t%.2f\t%.2f\n", static_cast<long long>(S),
+              (tg::peak_storage_bytes() - base - io) / 1048576.0,
+              (rss_kib() - rss0) / 1024.0);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tg::set_num_threads(argc > 1 ? std::atoi(argv[1]) : 2);
+  const bool memory_only = argc > 2 && std::string(argv[2]) == "memory";
+  if (!memory_only) {
+    for (bool causal : {false, true}) {
+      run_case({4, 8, 8, 256, 64, causal});
+      run_case({1, 8, 8, 1024, 64, causal});
+      run_case({8, 8, 2, 128, 32, causal});
+    }
+  }
+  run_memory(4096);
+  run_memory(16384);
+  return 0;
+}
