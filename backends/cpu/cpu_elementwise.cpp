@@ -1,4 +1,5 @@
 // Copy, fill, arange, unary, binary and where on strided CPU views.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
@@ -114,8 +115,16 @@ void CpuBackend::fill(const View& dst, double value) {
   dispatch(dst.dtype, [&](auto t) {
     using T = decltype(t);
     const T v = static_cast<T>(value);
-    View none{dst.data, dst.dtype, dst.sizes, Shape(dst.sizes.size(), 0)};
-    map1<T, T>(none, dst, [v](T) { return v; });
+    T* p = at<T>(dst);
+    for_each_run<1>(dst.sizes, {&dst.strides},
+                    [&](int64_t n, std::array<int64_t, 1> o, std::array<int64_t, 1> s) {
+                      T* d = p + o[0];
+                      if (s[0] == 1) {
+                        std::fill(d, d + n, v);
+                      } else {
+                        for (int64_t i = 0; i < n; ++i) d[i * s[0]] = v;
+                      }
+                    });
   });
 }
 
