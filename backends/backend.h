@@ -56,7 +56,7 @@ enum class BinaryOp : uint8_t {
 
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
-struct SdpaParams;     // backends/sdpa_params.h
+struct SdpaParams;  // backends/sdpa_params.h
 struct SdpaGradViews;
 
 struct Backend {
@@ -92,8 +92,7 @@ struct Backend {
   // Scaled-dot-product attention (DESIGN.md §4): forward writes out and stats; backward
   // rebuilds P from stats and writes dq, dk, dv (and the score gradient when asked).
   virtual void sdpa_forward(const SdpaParams& p) = 0;
-  virtual void sdpa_backward(const SdpaParams& p, const View& dout,
-                             const SdpaGradViews& g) = 0;
+  virtual void sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) = 0;
   // Copies between this device and host memory (contiguous bytes).
   virtual void to_host(const void* src, void* dst, size_t bytes) = 0;
   virtual void from_host(const void* src, void* dst, size_t bytes) = 0;

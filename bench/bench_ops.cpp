@@ -4,6 +4,7 @@
 // bench/compare_torch.py runs this and the same ops in PyTorch and prints the ratios.
 //
 //   bench_ops [threads]
+#include <tapegrad.h>
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -11,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <tapegrad.h>
 #include <vector>
 
 namespace {

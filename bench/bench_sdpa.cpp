@@ -8,12 +8,12 @@
 // bench/compare_sdpa_torch.py runs this beside PyTorch's scaled_dot_product_attention.
 #include <sys/resource.h>
 
+#include <tapegrad.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <tapegrad.h>
 #include <vector>
 
 namespace {
@@ -24,8 +24,8 @@ double time_ms(const std::function<void()>& fn, int reps) {
   for (int i = 0; i < reps; ++i) {
     auto a = std::chrono::steady_clock::now();
     fn();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a)
-                    .count());
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -38,24 +38,22 @@ struct Case {
 
 void run_case(const Case& c) {
   tg::Generator gen{1, 0};
-  auto make = [&](int64_t H) {
-    return tg::randn({c.B, H, c.S, c.D}, gen).requires_grad_();
-  };
+  auto make = [&](int64_t H) { return tg::randn({c.B, H, c.S, c.D}, gen).requires_grad_(); };
   tg::Tensor q = make(c.Hq), k = make(c.Hk), v = make(c.Hk);
   tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen);
   tg::SdpaOptions o;
   o.causal = c.causal;
   const int reps = c.S >= 1024 ? 3 : 5;
   auto fwd = [&](auto f) {
-    return time_ms([&] {
-      tg::NoGradGuard ng;
-      f(q, k, v, o);
-    }, reps);
+    return time_ms(
+        [&] {
+          tg::NoGradGuard ng;
+          f(q, k, v, o);
+        },
+        reps);
   };
   auto fwdbwd = [&](auto f) {
-    return time_ms([&] {
-      tg::grad({f(q, k, v, o).out}, {q, k, v}, {dout});
-    }, reps);
+    return time_ms([&] { tg::grad({f(q, k, v, o).out}, {q, k, v}, {dout}); }, reps);
   };
   auto ours = [](auto&... a) { return tg::sdpa(a...); };
   auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
@@ -92,8 +90,7 @@ void run_memory(int64_t S) {
   auto g = tg::grad({tg::sdpa(q, k, v, o).out}, {q, k, v}, {dout});
   const double io = 4.0 * S * 64 * 4;  // out, dq, dk, dv: the results themselves
   std::printf("mem\t%lld\t%.2f\t%.2f\n", static_cast<long long>(S),
-              (tg::peak_storage_bytes() - base - io) / 1048576.0,
-              (rss_kib() - rss0) / 1024.0);
+              (tg::peak_storage_bytes() - base - io) / 1048576.0, (rss_kib() - rss0) / 1024.0);
   std::fflush(stdout);
 }
 

@@ -8,22 +8,11 @@ PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
 import subprocess
 import sys
-import time
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def median_ms(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - a) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+from bench_util import median_ms
 
 
 def torch_times(b, hq, hk, s, d, causal, backend):

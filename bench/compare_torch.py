@@ -8,20 +8,9 @@ it is never a dependency of the library, its tests or CI.
 """
 import subprocess
 import sys
-import time
-
 import torch
 
-
-def median_ms(fn, reps=9):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - a) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+from bench_util import median_ms
 
 
 def torch_cases():

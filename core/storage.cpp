@@ -37,7 +37,7 @@ Allocator& allocator_for(Device d) {
   if (d.is_cpu()) return g_allocators[0] ? *g_allocators[0] : cpu;
   Allocator* a = g_allocators[static_cast<int>(d.type)];
   TG_CHECK(a != nullptr, "alloc", "device ", d,
-           " is not available: tapegrad was built without CUDA");
+           " has no allocator in this build: the CUDA backend is not available");
   return *a;
 }
 

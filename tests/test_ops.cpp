@@ -251,7 +251,8 @@ TEST_CASE("float32 exp is within 2 ulp of std::exp and exact at the edges") {
     INFO("x = " << xs[i] << ": got " << got[i] << ", want " << want);
     if (std::isinf(want)) {
       CHECK(got[i] == want);
-    } else if (want < 1.2e-38f) {  // subnormal results: absolute error of a couple of subnormal steps
+    } else if (want <
+               1.2e-38f) {  // subnormal results: absolute error of a couple of subnormal steps
       CHECK(std::abs(got[i] - want) <= 4e-45f + 2.4e-7f * want);
     } else {
       CHECK(std::abs(got[i] - want) <= 2.4e-7f * want);
