@@ -111,8 +111,12 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   return {out, stats};
 }
 
-SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts) {
+namespace {
+
+// The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.
+SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
+                        bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   const Shape out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
   const Shape stats_shape{q.size(0), q.size(1), q.size(2), 1};
@@ -134,7 +138,7 @@ SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   g.dv = zeros(v.sizes(), v.options());
   SdpaGradViews views{detail::view_of(g.dq), detail::view_of(g.dk), detail::view_of(g.dv), {}};
   Tensor dscores;
-  if (float_mask(opts)) {
+  if (want_dmask) {
     dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
     views.dscores = detail::view_of(dscores);
   }
@@ -142,6 +146,13 @@ SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
   if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes());
   return g;
+}
+
+}  // namespace
+
+SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts) {
+  return backward_impl(q, k, v, out, dout, stats, opts, float_mask(opts));
 }
 
 SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts) {
@@ -154,8 +165,9 @@ SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOpt
     SdpaOptions saved = opts;  // keeps the mask and lengths alive for backward
     record(kOp, inputs, {&r.out},
            [sq, sk, sv, so, ss, saved, mask_grad](const std::vector<Tensor>& g) {
-             SdpaGrads d = sdpa_backward(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp),
-                                         so.unpack(kOp), g[0].contiguous(), ss.unpack(kOp), saved);
+             SdpaGrads d =
+                 backward_impl(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
+                               g[0].contiguous(), ss.unpack(kOp), saved, mask_grad);
              std::vector<Tensor> r{d.dq, d.dk, d.dv};
              if (mask_grad) r.push_back(d.dmask);
              return r;

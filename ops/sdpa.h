@@ -31,7 +31,8 @@ struct SdpaResult {
 
 struct SdpaGrads {
   Tensor dq, dk, dv;
-  Tensor dmask;  // the float mask's gradient reduced to its shape; undefined otherwise
+  Tensor dmask;  // the float mask's gradient reduced to its shape (materializes the
+                 // (B, Hq, Sq, Skv) score gradient first); undefined without a float mask
 };
 
 // Differentiable through the tape (q, k, v and a float mask may require grad).
