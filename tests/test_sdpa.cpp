@@ -189,6 +189,17 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
     INFO(r.message);
     CHECK(r.ok);
   }
+  SUBCASE("a constant float mask (no gradient asked for it)") {
+    Tensor bias = rnd({1, 1, 5, 6}, 8);
+    Fn f = [bias](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.mask = bias;
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    auto r = gradcheck(f, {q, k, v});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
   SUBCASE("strided inputs") {
     Tensor qs = rnd({1, 5, 2, 4}, 5).transpose(1, 2).requires_grad_();
     Fn f = [](const std::vector<Tensor>& x) {
