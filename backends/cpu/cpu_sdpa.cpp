@@ -38,6 +38,24 @@ void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, 
 }
 
 template <class T>
+using ConstMap = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
+
+// The same block, read-only: a map straight onto v's memory when its rows are contiguous
+// (no copy), else copied into buf.
+template <class T>
+ConstMap<T> tile(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* buf) {
+  const int64_t width = v.sizes[3];
+  if (v.strides[3] == 1 || width == 1) {
+    const T* src =
+        static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * v.strides[2];
+    return ConstMap<T>(src, rows, width,
+                       Eigen::OuterStride<>(std::max<int64_t>(v.strides[2], width)));
+  }
+  load_rows(v, b, h, row0, rows, buf);
+  return ConstMap<T>(buf, rows, width, Eigen::OuterStride<>(width));
+}
+
+template <class T>
 void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, const T* src,
                 T factor) {
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
@@ -156,9 +174,8 @@ void forward_typed(const SdpaParams& p) {
       Q *= static_cast<T>(p.scale);  // scores come out of the GEMM already scaled
       for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
         const int64_t cols = std::min(kBc, kr.hi - j0);
-        load_rows(p.k, b, h / G, j0, cols, kt.data());
-        load_rows(p.v, b, h / G, j0, cols, vt.data());
-        Map<T> K(kt.data(), cols, Dqk), V(vt.data(), cols, Dv);
+        ConstMap<T> K = tile(p.k, b, h / G, j0, cols, kt.data());
+        ConstMap<T> V = tile(p.v, b, h / G, j0, cols, vt.data());
         S.leftCols(cols).noalias() = Q * K.transpose();
         finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv, (T*)nullptr);
         for (int64_t r = 0; r < rows; ++r) {
@@ -236,9 +253,8 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           Map<T> S(s.data(), rows, kBc), Pd(pd.data(), rows, kBc), dP(dp.data(), rows, kBc);
           for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
             const int64_t cols = std::min(kBc, kr.hi - j0);
-            load_rows(p.k, b, hk, j0, cols, kt.data());
-            load_rows(p.v, b, hk, j0, cols, vt.data());
-            Map<T> K(kt.data(), cols, Dqk), V(vt.data(), cols, Dv);
+            ConstMap<T> K = tile(p.k, b, hk, j0, cols, kt.data());
+            ConstMap<T> V = tile(p.v, b, hk, j0, cols, vt.data());
             S.leftCols(cols).noalias() = Q * K.transpose();
             finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
                           p.softcap > 0 ? th.data() : nullptr);
