@@ -1,13 +1,12 @@
 // sdpa: validate -> allocate -> backend kernel -> record the hand-written backward.
 #include "ops/sdpa.h"
 
-#include "ops/sdpa_check.h"
-
 #include <cmath>
 
 #include "autograd/autograd.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
+#include "ops/sdpa_check.h"
 
 namespace tg {
 
