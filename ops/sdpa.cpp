@@ -102,11 +102,16 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                         const SdpaOptions& opts) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
-  Tensor out = zeros({B, Hq, Sq, v.size(3)}, q.options());
-  Tensor stats = full({B, Hq, Sq, 1}, -INFINITY, q.options());
+  // The kernel writes every row; with no rows or no keys there is nothing to run.
+  if (B * Hq * Sq == 0 || k.size(2) == 0) {
+    return {zeros({B, Hq, Sq, v.size(3)}, q.options()),
+            full({B, Hq, Sq, 1}, -INFINITY, q.options())};
+  }
+  Tensor out = empty({B, Hq, Sq, v.size(3)}, q.options());
+  Tensor stats = empty({B, Hq, Sq, 1}, q.options());
   p.out = detail::view_of(out);
   p.stats = detail::view_of(stats);
-  if (out.numel() && k.size(2)) detail::backend_of(q).sdpa_forward(p);
+  detail::backend_of(q).sdpa_forward(p);
   return {out, stats};
 }
 
@@ -131,18 +136,23 @@ SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor st = stats.contiguous();
   p.out = detail::view_of(out);
   p.stats = detail::view_of(st);
+  // The kernel writes every element of dq, dk and dv when it runs at all.
+  const bool run = out.numel() && k.size(2);
+  auto alloc = [run](const Tensor& like) {
+    return run ? empty(like.sizes(), like.options()) : zeros(like.sizes(), like.options());
+  };
   SdpaGrads g;
-  g.dq = zeros(q.sizes(), q.options());
-  g.dk = zeros(k.sizes(), k.options());
-  g.dv = zeros(v.sizes(), v.options());
+  g.dq = alloc(q);
+  g.dk = alloc(k);
+  g.dv = alloc(v);
   SdpaGradViews views{detail::view_of(g.dq), detail::view_of(g.dk), detail::view_of(g.dv), {}};
   Tensor dscores;
   if (want_dmask) {
+    // Tiles the kernel skips stay zero.
     dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
     views.dscores = detail::view_of(dscores);
   }
-  if (out.numel() && k.size(2))
-    detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
+  if (run) detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
   if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes());
   return g;
 }

@@ -43,8 +43,6 @@ Shape infer_size(const Shape& want, int64_t numel, const char* op) {
   return s;
 }
 
-Tensor reshape_grad(const Tensor& g, const Shape& sizes) { return g.reshape(sizes); }
-
 }  // namespace
 
 Tensor Tensor::view(const Shape& want) const {
@@ -53,7 +51,7 @@ Tensor Tensor::view(const Shape& want) const {
            shape_str(strides()), " is not contiguous; use reshape() (which copies)");
   Tensor out = make_view(*this, s, contiguous_strides(s), offset());
   record("view", {*this}, {&out}, [orig = sizes()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{reshape_grad(g[0], orig)};
+    return std::vector<Tensor>{g[0].reshape(orig)};
   });
   return out;
 }

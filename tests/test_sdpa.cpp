@@ -170,9 +170,7 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
       o.mask = x[3];
       return sdpa(x[0], x[1], x[2], o).out;
     };
-    auto r = gradcheck(f, {q, k, v, m});
-    INFO(r.message);
-    CHECK(r.ok);
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
   }
   SUBCASE("dropout at a fixed seed, softcap, ALiBi, bool mask, padding") {
     Fn f = [](const std::vector<Tensor>& x) {
@@ -185,9 +183,7 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
       o.seq_len_kv = from_vector(std::vector<int64_t>{5}, {1});
       return sdpa(x[0], x[1], x[2], o).out;
     };
-    auto r = gradcheck(f, {q, k, v});
-    INFO(r.message);
-    CHECK(r.ok);
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v}));
   }
   SUBCASE("a constant float mask (no gradient asked for it)") {
     Tensor bias = rnd({1, 1, 5, 6}, 8);
@@ -196,9 +192,7 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
       o.mask = bias;
       return sdpa(x[0], x[1], x[2], o).out;
     };
-    auto r = gradcheck(f, {q, k, v});
-    INFO(r.message);
-    CHECK(r.ok);
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v}));
   }
   SUBCASE("strided inputs") {
     Tensor qs = rnd({1, 5, 2, 4}, 5).transpose(1, 2).requires_grad_();
@@ -208,9 +202,7 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
       o.causal = true;
       return sdpa(x[0], x[1], x[2], o).out;
     };
-    auto r = gradcheck(f, {qs, k, v});
-    INFO(r.message);
-    CHECK(r.ok);
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
   }
 }
 
