@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "models/models.h"
 #include "ops/ops.h"
 
 namespace tg {

@@ -56,7 +56,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            shape_str(a.sizes()), " and ", shape_str(b.sizes()));
   Tensor x = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor y = b.dim() == 1 ? b.unsqueeze(-1) : b;
-  Tensor c = matmul_nd(x, y);
+  Tensor c;
+  if (x.dim() > 2 && y.dim() == 2 && x.sizes().back() > 0) {
+    // (..., m, k) @ (k, n) is one GEMM over the folded rows, and its weight gradient one
+    // GEMM too, instead of a batch of them and a sum over the batch.
+    Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
+    out_shape.push_back(y.sizes()[1]);
+    c = matmul_nd(x.reshape({-1, x.sizes().back()}), y).reshape(out_shape);
+  } else {
+    c = matmul_nd(x, y);
+  }
   if (b.dim() == 1) c = c.squeeze(-1);
   if (a.dim() == 1) c = c.squeeze(a.dim() == 1 && b.dim() == 1 ? 0 : -2);
   return c;

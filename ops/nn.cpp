@@ -20,6 +20,21 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return sub(x, logsumexp(x, {dim}, true));
 }
 
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  detail::check_defined(x, "rms_norm", "x");
+  detail::check_floating(x, "rms_norm", "x");
+  TG_CHECK(x.dim() >= 1, "rms_norm", "argument 'x' must have a feature dim, got a 0-d tensor");
+  TG_CHECK(eps >= 0, "rms_norm", "argument 'eps' must be >= 0, got ", eps);
+  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), {-1}, true), eps)));
+  if (!weight.defined()) return y;
+  detail::check_same_dtype(x, weight, "rms_norm", "weight");
+  detail::check_same_device(x, weight, "rms_norm", "weight");
+  TG_CHECK(weight.dim() == 1 && weight.size(0) == x.sizes().back(), "rms_norm",
+           "argument 'weight' must have shape [", x.sizes().back(), "] (x's last dim), got ",
+           shape_str(weight.sizes()));
+  return mul(y, weight);
+}
+
 namespace {
 void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const char* arg) {
   if (ids.numel() == 0) return;

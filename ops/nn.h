@@ -10,6 +10,9 @@ namespace tg {
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// x / sqrt(mean(x^2 over the last dim) + eps) * weight; weight (D) may be undefined (no scale).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+
 // Rows of weight (R, D) picked by int64 ids of any shape: ids.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Gradient of embedding w.r.t. weight: grad (ids.shape + [D]) scatter-added into (R, D).

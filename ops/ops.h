@@ -6,4 +6,5 @@
 #include "ops/linalg.h"
 #include "ops/nn.h"
 #include "ops/reduce.h"
+#include "ops/rope.h"
 #include "ops/sdpa.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tapegrad builds with, when any is missing. Idempotent.
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev doctest-dev librandom123-dev)
+packages=(cmake g++ make libeigen3-dev doctest-dev librandom123-dev nlohmann-json3-dev libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,128 @@
+#include "models/generate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "ops/factories.h"
+#include "ops/join.h"
+#include "ops/reduce.h"
+
+namespace tg::nn {
+
+namespace {
+
+// Runs the model in eval mode (no dropout, no tape) and restores the mode afterwards.
+class EvalScope {
+ public:
+  explicit EvalScope(const Transformer& m) : m_(const_cast<Transformer&>(m)), was_(m.is_training()) {
+    m_.eval();
+  }
+  ~EvalScope() { m_.train(was_); }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  Transformer& m_;
+  bool was_;
+  NoGradGuard no_grad_;
+};
+
+}  // namespace
+
+std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
+                            const SampleOptions& opts, Generator& gen) {
+  TG_CHECK(!prompt.empty(), "sample", "argument 'prompt' must hold at least one token");
+  TG_CHECK(opts.temperature >= 0, "sample", "argument 'temperature' must be >= 0, got ",
+           opts.temperature);
+  TG_CHECK(opts.top_k >= 0, "sample", "argument 'top_k' must be >= 0, got ", opts.top_k);
+  const int64_t vocab = model.config().vocab;
+  for (int64_t id : prompt) {
+    TG_CHECK(id >= 0 && id < vocab, "sample", "prompt token ", id, " is outside the vocabulary [0, ",
+             vocab, ")");
+  }
+  EvalScope scope(model);
+  std::vector<int64_t> seq = prompt, out;
+  for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
+    const int64_t n = static_cast<int64_t>(seq.size());
+    const int64_t from = opts.context > 0 ? std::max<int64_t>(0, n - opts.context) : 0;
+    std::vector<int64_t> window(seq.begin() + from, seq.end());
+    Tensor logits = model.forward(from_vector(window, {1, n - from}));
+    std::vector<double> z = logits.slice(1, n - from - 1, n - from).to_vector<double>();
+    int64_t next = 0;
+    if (opts.temperature == 0) {
+      next = std::max_element(z.begin(), z.end()) - z.begin();
+    } else {
+      // Keep the k largest logits, then sample softmax(z / T) with one Philox uniform.
+      std::vector<double> keep = z;
+      if (opts.top_k > 0 && opts.top_k < vocab) {
+        std::nth_element(keep.begin(), keep.begin() + (opts.top_k - 1), keep.end(),
+                         std::greater<double>());
+        const double kth = keep[opts.top_k - 1];
+        for (auto& v : z) v = v >= kth ? v : -INFINITY;
+      }
+      const double zmax = *std::max_element(z.begin(), z.end());
+      double total = 0;
+      for (auto& v : z) total += (v = std::exp((v - zmax) / opts.temperature));
+      const double u = philox_uniform(gen.seed, gen.take(1)) * total;
+      double acc = 0;
+      next = vocab - 1;
+      for (int64_t i = 0; i < vocab; ++i) {
+        acc += z[i];
+        if (u <= acc && z[i] > 0) {
+          next = i;
+          break;
+        }
+      }
+    }
+    seq.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t steps) {
+  TG_CHECK(prompts.defined() && prompts.dim() == 2 && prompts.dtype() == kInt64, "greedy_decode",
+           "argument 'prompts' must be int64 (batch, len)");
+  EvalScope scope(model);
+  Tensor seq = prompts;
+  std::vector<Tensor> picked;
+  for (int64_t s = 0; s < steps; ++s) {
+    Tensor logits = model.forward(seq);
+    const int64_t t = seq.size(1);
+    Tensor next = argmax(logits.slice(1, t - 1, t), -1);  // (B, 1)
+    picked.push_back(next);
+    seq = cat({seq, next}, 1);
+  }
+  return steps ? cat(picked, 1) : zeros({prompts.size(0), 0}, kInt64);
+}
+
+ExactMatch exact_match(const Transformer& model, const std::vector<Example>& examples,
+                       int64_t batch) {
+  ExactMatch r;
+  for (size_t at = 0; at < examples.size(); at += static_cast<size_t>(batch)) {
+    const size_t end = std::min(examples.size(), at + static_cast<size_t>(batch));
+    const int64_t p = static_cast<int64_t>(examples[at].prompt.size());
+    const int64_t a = static_cast<int64_t>(examples[at].answer.size());
+    std::vector<int64_t> ids;
+    for (size_t i = at; i < end; ++i) {
+      TG_CHECK(static_cast<int64_t>(examples[i].prompt.size()) == p &&
+                   static_cast<int64_t>(examples[i].answer.size()) == a,
+               "exact_match", "examples must share prompt and answer lengths");
+      auto e = ByteTokenizer::encode(examples[i].prompt);
+      ids.insert(ids.end(), e.begin(), e.end());
+    }
+    const int64_t n = static_cast<int64_t>(end - at);
+    std::vector<int64_t> out = greedy_decode(model, from_vector(ids, {n, p}), a).to_vector<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::string pred = ByteTokenizer::decode(std::vector<int64_t>(out.begin() + i * a,
+                                                                    out.begin() + (i + 1) * a));
+      r.correct += pred == examples[at + i].answer;
+      ++r.total;
+      r.predictions.push_back(std::move(pred));
+    }
+  }
+  return r;
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,39 @@
+// Decoding from a Transformer: sampling with temperature and top-k, greedy batch decoding,
+// and exact-match evaluation on a task. Each new token reruns the model on the whole prefix
+// (no key/value cache yet), which is fine at the lengths of the built-in tasks.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+#include "models/data.h"
+#include "models/transformer.h"
+
+namespace tg::nn {
+
+struct SampleOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;  // 0 = greedy
+  int64_t top_k = 0;         // 0 = the whole vocabulary
+  int64_t context = 0;       // longest prefix fed to the model; 0 = unlimited
+};
+
+// Continues `prompt` (token ids) and returns only the new tokens.
+std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
+                            const SampleOptions& opts, Generator& gen);
+
+// Greedy continuation of every row of prompts (B, P) int64 by `steps` tokens: (B, steps).
+Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t steps);
+
+struct ExactMatch {
+  int64_t correct = 0, total = 0;
+  std::vector<std::string> predictions;  // one per example
+  double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
+};
+
+// Greedy answers for `examples` (same prompt and answer lengths), `batch` at a time.
+ExactMatch exact_match(const Transformer& model, const std::vector<Example>& examples,
+                       int64_t batch = 256);
+
+}  // namespace tg::nn

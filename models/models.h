@@ -1,0 +1,10 @@
+// The model layer: modules, the transformer, optimizers, checkpoints, data and decoding.
+#pragma once
+#include "models/checkpoint.h"
+#include "models/data.h"
+#include "models/generate.h"
+#include "models/layers.h"
+#include "models/module.h"
+#include "models/optim.h"
+#include "models/safetensors.h"
+#include "models/transformer.h"

@@ -1,0 +1,28 @@
+// The safetensors format (https://huggingface.co/docs/safetensors): an 8-byte little-endian
+// header length N, N bytes of JSON mapping each tensor name to its dtype, shape and
+// data_offsets (plus an optional "__metadata__" of strings), then the raw little-endian data.
+#pragma once
+#include <map>
+#include <string>
+
+#include "models/module.h"
+
+namespace tg::nn {
+
+using Metadata = std::map<std::string, std::string>;
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // CPU tensors, in file order
+  Metadata metadata;
+};
+
+// Writes atomically: a temporary file beside `path`, then a rename over it.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const Metadata& metadata = {});
+
+// Reads and validates the whole file: header length against the file size, valid JSON,
+// known dtypes (F32, F64, I64, BOOL), shapes, and data offsets that tile the data exactly.
+// Errors start with "[safetensors]" and name the file.
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace tg::nn

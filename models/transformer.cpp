@@ -1,0 +1,137 @@
+#include "models/transformer.h"
+
+#include <cmath>
+#include <string>
+
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/nn.h"
+#include "ops/rope.h"
+#include "ops/sdpa.h"
+
+namespace tg::nn {
+
+namespace {
+constexpr double kInitStd = 0.02;
+}
+
+void TransformerConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    TG_CHECK(v > 0, "TransformerConfig", "field '", name, "' must be positive, got ", v);
+  };
+  positive(vocab, "vocab");
+  positive(d_model, "d_model");
+  positive(layers, "layers");
+  positive(heads, "heads");
+  positive(kv_heads, "kv_heads");
+  TG_CHECK(ffn >= 0, "TransformerConfig", "field 'ffn' must be >= 0 (0 = default), got ", ffn);
+  TG_CHECK(d_model % heads == 0, "TransformerConfig", "field 'd_model' (", d_model,
+           ") must be divisible by 'heads' (", heads, ")");
+  TG_CHECK(heads % kv_heads == 0, "TransformerConfig", "field 'heads' (", heads,
+           ") must be a multiple of 'kv_heads' (", kv_heads, ")");
+  TG_CHECK(head_dim() % 2 == 0, "TransformerConfig", "head dim d_model/heads must be even for "
+           "RoPE, got ", head_dim());
+  TG_CHECK(rope_theta > 0, "TransformerConfig", "field 'rope_theta' must be positive, got ",
+           rope_theta);
+  TG_CHECK(attn_dropout >= 0 && attn_dropout < 1, "TransformerConfig",
+           "field 'attn_dropout' must be in [0, 1), got ", attn_dropout);
+  TG_CHECK(dtype == kFloat32 || dtype == kFloat64, "TransformerConfig",
+           "field 'dtype' must be float32 or float64, got ", dtype);
+}
+
+Attention::Attention(const TransformerConfig& cfg, Generator& gen) : cfg_(cfg) {
+  const int64_t d = cfg.d_model, dh = cfg.head_dim();
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  wq_ = register_module("wq", std::make_shared<Linear>(d, cfg.heads * dh, false, gen, kInitStd,
+                                                        cfg.dtype));
+  wk_ = register_module("wk", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen,
+                                                        kInitStd, cfg.dtype));
+  wv_ = register_module("wv", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen,
+                                                        kInitStd, cfg.dtype));
+  wo_ = register_module("wo", std::make_shared<Linear>(cfg.heads * dh, d, false, gen, out_std,
+                                                        cfg.dtype));
+}
+
+Tensor Attention::forward(const Tensor& x, Generator& dropout) const {
+  TG_CHECK(x.dim() == 3 && x.size(2) == cfg_.d_model, "Attention",
+           "argument 'x' must be (batch, seq, ", cfg_.d_model, "), got ", shape_str(x.sizes()));
+  const int64_t b = x.size(0), s = x.size(1), dh = cfg_.head_dim();
+  RopeOptions ro;
+  ro.theta = cfg_.rope_theta;
+  ro.seq_dim = 1;  // (B, S, H, D)
+  // Heads are split as (B, S, H, D) views and handed to sdpa as (B, H, S, D) strided views.
+  Tensor q = rope(wq_->forward(x).view({b, s, cfg_.heads, dh}), ro).transpose(1, 2);
+  Tensor k = rope(wk_->forward(x).view({b, s, cfg_.kv_heads, dh}), ro).transpose(1, 2);
+  Tensor v = wv_->forward(x).view({b, s, cfg_.kv_heads, dh}).transpose(1, 2);
+  SdpaOptions so;
+  so.causal = true;
+  if (is_training() && cfg_.attn_dropout > 0) {
+    so.dropout_p = cfg_.attn_dropout;
+    so.seed = dropout.seed;
+    so.offset = dropout.take(static_cast<uint64_t>(b * cfg_.heads * s * s));
+  }
+  Tensor o = sdpa(q, k, v, so).out;  // (B, Hq, S, Dh)
+  return wo_->forward(o.transpose(1, 2).reshape({b, s, cfg_.heads * dh}));
+}
+
+MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {
+  w1_ = register_module("w1", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
+  w2_ = register_module("w2", std::make_shared<Linear>(hidden, d_model, false, gen, out_std, dtype));
+  w3_ = register_module("w3", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  return w2_->forward(mul(silu(w1_->forward(x)), w3_->forward(x)));
+}
+
+Block::Block(const TransformerConfig& cfg, Generator& gen) {
+  attn_norm_ = register_module("attn_norm",
+                               std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  attn_ = register_module("attn", std::make_shared<Attention>(cfg, gen));
+  mlp_norm_ = register_module("mlp_norm",
+                              std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  mlp_ = register_module("mlp", std::make_shared<MLP>(cfg.d_model, cfg.ffn_size(), gen, out_std,
+                                                      cfg.dtype));
+}
+
+Tensor Block::forward(const Tensor& x, Generator& dropout) const {
+  Tensor h = add(x, attn_->forward(attn_norm_->forward(x), dropout));
+  return add(h, mlp_->forward(mlp_norm_->forward(h)));
+}
+
+Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg.validate();
+  Generator gen{seed, 0};
+  embed_ = register_module("embed", std::make_shared<Embedding>(cfg.vocab, cfg.d_model, gen,
+                                                                kInitStd, cfg.dtype));
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    blocks_.push_back(
+        register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg, gen)));
+  }
+  norm_ = register_module("norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  if (!cfg.tie_weights) {
+    head_ = register_module("head", std::make_shared<Linear>(cfg.d_model, cfg.vocab, false, gen,
+                                                             kInitStd, cfg.dtype));
+  }
+}
+
+Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && ids.dtype() == kInt64, "Transformer",
+           "argument 'ids' must be int64 (batch, seq), got ",
+           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
+                         : std::string("(undefined)"));
+  Tensor h = embed_->forward(ids);
+  for (const auto& block : blocks_) h = block->forward(h, dropout);
+  h = norm_->forward(h);
+  return head_ ? head_->forward(h) : matmul(h, embed_->weight.transpose(0, 1));
+}
+
+Tensor Transformer::forward(const Tensor& ids) const { return forward(ids, default_generator()); }
+
+Tensor lm_loss(const Tensor& logits, const Tensor& targets) {
+  const int64_t v = logits.sizes().back();
+  return cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
+}
+
+}  // namespace tg::nn

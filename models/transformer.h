@@ -1,0 +1,87 @@
+// A decoder-only transformer: token embedding, pre-norm blocks of grouped-query attention
+// with RoPE (causal tg::sdpa) and a SwiGLU MLP, a final RMSNorm and the LM head.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/philox.h"
+#include "models/layers.h"
+
+namespace tg::nn {
+
+struct TransformerConfig {
+  int64_t vocab = 256;
+  int64_t d_model = 128;
+  int64_t layers = 2;
+  int64_t heads = 4;     // query heads
+  int64_t kv_heads = 2;  // key/value heads; heads % kv_heads == 0 (1: MQA, heads: MHA)
+  int64_t ffn = 0;       // SwiGLU hidden size; 0 picks 8/3 d_model rounded up to 32
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  double attn_dropout = 0.0;
+  bool tie_weights = false;  // LM head shares the embedding table
+  DType dtype = kFloat32;
+
+  int64_t head_dim() const { return d_model / heads; }
+  int64_t ffn_size() const { return ffn > 0 ? ffn : (8 * d_model / 3 + 31) / 32 * 32; }
+  // Throws a [TransformerConfig] error naming the first inconsistent field.
+  void validate() const;
+};
+
+// Grouped-query self-attention: Hq query heads share Hk key/value heads.
+class Attention : public Module {
+ public:
+  Attention(const TransformerConfig& cfg, Generator& gen);
+  // x (B, S, d_model) -> (B, S, d_model); causal. `dropout` draws the attention dropout
+  // stream (used only in training mode with attn_dropout > 0).
+  Tensor forward(const Tensor& x, Generator& dropout) const;
+
+ private:
+  TransformerConfig cfg_;
+  std::shared_ptr<Linear> wq_, wk_, wv_, wo_;
+};
+
+// SwiGLU: w2(silu(w1 x) * w3 x).
+class MLP : public Module {
+ public:
+  MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  std::shared_ptr<Linear> w1_, w2_, w3_;
+};
+
+// Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x)).
+class Block : public Module {
+ public:
+  Block(const TransformerConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x, Generator& dropout) const;
+
+ private:
+  std::shared_ptr<RMSNorm> attn_norm_, mlp_norm_;
+  std::shared_ptr<Attention> attn_;
+  std::shared_ptr<MLP> mlp_;
+};
+
+class Transformer : public Module {
+ public:
+  // Weights ~ N(0, 0.02^2), residual output projections scaled by 1/sqrt(2 layers) (GPT-2).
+  Transformer(const TransformerConfig& cfg, uint64_t seed);
+  // ids (B, S) int64 -> logits (B, S, vocab).
+  Tensor forward(const Tensor& ids, Generator& dropout) const;
+  Tensor forward(const Tensor& ids) const;  // dropout from default_generator()
+  const TransformerConfig& config() const { return cfg_; }
+
+ private:
+  TransformerConfig cfg_;
+  std::shared_ptr<Embedding> embed_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<RMSNorm> norm_;
+  std::shared_ptr<Linear> head_;  // null when tied
+};
+
+// Mean cross-entropy of logits (..., V) against int64 targets (...); -100 is ignored.
+Tensor lm_loss(const Tensor& logits, const Tensor& targets);
+
+}  // namespace tg::nn
