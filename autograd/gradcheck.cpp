@@ -45,7 +45,9 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     for (int64_t d = 0; d < in.dim(); ++d)
       TG_CHECK(in.strides()[d] != 0 || in.sizes()[d] <= 1, "gradcheck", "input ", i,
                " has overlapping memory (stride 0 in dim ", d, "); pass a contiguous copy");
-    leaves.push_back(in.detach().requires_grad_(true));  // a leaf with the same strides
+    // A leaf that requires grad is used as it is, so that f may reach it through other
+    // handles (a module's parameters); anything else becomes a leaf with the same strides.
+    leaves.push_back(in.is_leaf() ? in : in.detach().requires_grad_(true));
     checked.push_back(i);
   }
 

@@ -33,7 +33,9 @@ struct GradcheckResult {
 // Checks d f(inputs) / d inputs[i] for every input that requires grad. Inputs must be
 // float64; they may be non-contiguous views (not expanded ones). f must be deterministic.
 // When f's output has at most max_jacobian_outputs elements the whole Jacobian is compared;
-// otherwise the vector-Jacobian product with one random cotangent.
+// otherwise the vector-Jacobian product with one random cotangent. Inputs that are leaves
+// requiring grad are passed to f as they are (and perturbed in place), so f may use other
+// handles to them, e.g. a module's parameters.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
 

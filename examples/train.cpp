@@ -209,13 +209,8 @@ int run(const Args& a) {
     tg::nn::Batch b = task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
                            : text->batch(a.batch, seq, a.seed, step, false);
     opt.lr = schedule(step);
-    tg::Generator dropout{a.seed + 0x5eed, static_cast<uint64_t>(step) << 32};
-    tg::Tensor loss = tg::nn::lm_loss(model.forward(b.inputs.to(device), dropout), b.targets.to(device));
-    opt.zero_grad();
-    loss.backward();
-    if (a.clip > 0) tg::nn::clip_grad_norm(model.parameters(), a.clip);
-    opt.step();
-    loss_value = loss.item<double>();
+    tg::Generator dropout = tg::nn::step_dropout_generator(a.seed, step);
+    loss_value = tg::nn::train_step(model, opt, b, dropout, {a.clip});
     TG_CHECK(std::isfinite(loss_value), "train", "loss became ", loss_value, " at step ", step,
              " (try a lower --lr)");
     rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss_value) + "," + fmt("%.6e", opt.lr));

@@ -7,4 +7,5 @@
 #include "models/module.h"
 #include "models/optim.h"
 #include "models/safetensors.h"
+#include "models/train.h"
 #include "models/transformer.h"
