@@ -2,7 +2,7 @@
 // (or a text file), shows progress, evaluates, checkpoints (safetensors), writes the loss
 // curve, and ends with exact-match accuracy and a few generated samples.
 //
-//   train [--task sort] [--steps N] [--out DIR] [--resume] ...   (train --help lists all)
+//   train [--task reverse] [--steps N] [--out DIR] [--resume] ...   (train --help lists all)
 #include <tapegrad.h>
 #include <unistd.h>
 
@@ -23,12 +23,12 @@ using tg::nn::Metadata;
 namespace {
 
 struct Args {
-  std::string task = "sort";
-  int64_t task_size = 10;
+  std::string task = "reverse";
+  int64_t task_size = 8;
   std::string text;  // a text file instead of a task
   int64_t layers = 2, d_model = 64, heads = 4, kv_heads = 2, ffn = 0;
   double dropout = 0.0;
-  int64_t steps = 1000, batch = 64, seq_len = 64;
+  int64_t steps = 1500, batch = 64, seq_len = 64;
   double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.01, clip = 1.0;
   int64_t warmup = 50;
   uint64_t seed = 1;
