@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "backends/kernel_profile.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"

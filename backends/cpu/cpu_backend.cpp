@@ -6,6 +6,7 @@
 #include <omp.h>
 #endif
 
+#include "backends/kernel_profile.h"
 #include "core/tensor.h"
 
 namespace tg {
@@ -15,7 +16,10 @@ Backend& cpu_backend() {
   return b;
 }
 
-Backend& backend_for(Device d) { return d.is_cpu() ? cpu_backend() : cuda_backend(); }
+Backend& backend_for(Device d) {
+  if (kernel_profiling()) return detail::profiling_backend(d);
+  return d.is_cpu() ? cpu_backend() : cuda_backend();
+}
 
 void set_num_threads(int n) {
   TG_CHECK(n >= 1, "set_num_threads", "n must be >= 1, got ", n);

@@ -1,0 +1,136 @@
+#include "backends/kernel_profile.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include "backends/backend.h"
+
+namespace tg {
+
+namespace {
+
+std::atomic<bool> g_on{false};
+std::mutex g_mutex;
+std::map<std::string, KernelTime> g_times;
+
+// Adds the lifetime of the scope to `kind`.
+class Timed {
+ public:
+  explicit Timed(const char* kind) : kind_(kind), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    KernelTime& t = g_times[kind_];
+    t.ms += ms;
+    ++t.calls;
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  const char* kind_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+struct ProfilingBackend final : Backend {
+  explicit ProfilingBackend(Backend& inner) : b(inner) {}
+  Backend& b;
+  void copy(const View& s, const View& d) override {
+    Timed t("copy");
+    b.copy(s, d);
+  }
+  void fill(const View& d, double v) override {
+    Timed t("elementwise");
+    b.fill(d, v);
+  }
+  void arange(const View& d, double s, double st) override {
+    Timed t("elementwise");
+    b.arange(d, s, st);
+  }
+  void unary(UnaryOp op, const View& x, const View& o, double p) override {
+    Timed t("elementwise");
+    b.unary(op, x, o, p);
+  }
+  void binary(BinaryOp op, const View& x, const View& y, const View& o) override {
+    Timed t("elementwise");
+    b.binary(op, x, y, o);
+  }
+  void where(const View& c, const View& x, const View& y, const View& o) override {
+    Timed t("elementwise");
+    b.where(c, x, y, o);
+  }
+  void reduce(ReduceOp op, const View& x, const View& o, const View& a) override {
+    Timed t("reduce");
+    b.reduce(op, x, o, a);
+  }
+  void matmul(const View& x, const View& y, const View& c) override {
+    Timed t("matmul");
+    b.matmul(x, y, c);
+  }
+  void rand_uniform(const View& d, uint64_t s, uint64_t o) override {
+    Timed t("random");
+    b.rand_uniform(d, s, o);
+  }
+  void rand_normal(const View& d, uint64_t s, uint64_t o) override {
+    Timed t("random");
+    b.rand_normal(d, s, o);
+  }
+  void dropout(const View& x, const View& o, double p, uint64_t s, uint64_t off) override {
+    Timed t("random");
+    b.dropout(x, o, p, s, off);
+  }
+  void gather_rows(const View& w, const View& i, const View& o) override {
+    Timed t("rows");
+    b.gather_rows(w, i, o);
+  }
+  void scatter_add_rows(const View& g, const View& i, const View& gw) override {
+    Timed t("rows");
+    b.scatter_add_rows(g, i, gw);
+  }
+  void sdpa_forward(const SdpaParams& p) override {
+    Timed t("sdpa");
+    b.sdpa_forward(p);
+  }
+  void sdpa_backward(const SdpaParams& p, const View& d, const SdpaGradViews& g) override {
+    Timed t("sdpa");
+    b.sdpa_backward(p, d, g);
+  }
+  void to_host(const void* s, void* d, size_t n) override {
+    Timed t("transfer");
+    b.to_host(s, d, n);
+  }
+  void from_host(const void* s, void* d, size_t n) override {
+    Timed t("transfer");
+    b.from_host(s, d, n);
+  }
+};
+
+}  // namespace
+
+void set_kernel_profiling(bool on) { g_on = on; }
+bool kernel_profiling() { return g_on; }
+
+std::map<std::string, KernelTime> kernel_profile() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_times;
+}
+
+void reset_kernel_profile() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_times.clear();
+}
+
+namespace detail {
+Backend& profiling_backend(Device d) {
+  if (d.is_cpu()) {
+    static ProfilingBackend cpu(cpu_backend());
+    return cpu;
+  }
+  static ProfilingBackend cuda(cuda_backend());
+  return cuda;
+}
+}  // namespace detail
+
+}  // namespace tg

@@ -1,0 +1,120 @@
+// Training-step benchmark of the reference transformer (vocab 256, d_model 256, 4 layers,
+// 8 query heads, 2 kv heads, head dim 32, SwiGLU 768, batch 16, sequence 128): milliseconds
+// per step and tokens/s, split into forward / backward / optimizer, and the kernel time by
+// kind from the profiling backend.
+//
+//   bench_train_step [threads] [steps] [cpu|cuda]
+// bench/compare_train_torch.py runs this beside the same model and step in PyTorch.
+#include <tapegrad.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 5;
+  const tg::Device device = argc > 3 && std::string(argv[3]) == "cuda" ? tg::kCUDA : tg::kCPU;
+  if (threads > 0) tg::set_num_threads(threads);
+  try {
+    tg::nn::TransformerConfig cfg;
+    cfg.vocab = 256;
+    cfg.d_model = 256;
+    cfg.layers = 4;
+    cfg.heads = 8;
+    cfg.kv_heads = 2;
+    cfg.ffn = 768;
+    const int64_t batch = 16, seq = 128;
+    tg::nn::Transformer model(cfg, 1);
+    model.to(device);
+    tg::nn::AdamW opt(model.named_parameters(), {3e-4, 0.9, 0.95, 1e-8, 0.1});
+    tg::Generator data{7, 0};
+    auto ids = [&] {
+      return tg::mul(tg::rand({batch, seq + 1}, data, tg::kFloat64), 255.999).to(tg::kInt64);
+    };
+    std::printf("bench_train_step: %lld parameters, batch %lld x %lld, %d threads\n",
+                static_cast<long long>(model.parameter_count()), static_cast<long long>(batch),
+                static_cast<long long>(seq), tg::get_num_threads());
+
+    std::vector<double> fwd, bwd, upd, total;
+    auto one_step = [&](bool record) {
+      tg::Tensor t = ids().to(device);
+      tg::Tensor in = t.slice(1, 0, seq), tgt = t.slice(1, 1, seq + 1);
+      const double a = now_ms();
+      tg::Tensor loss = tg::nn::lm_loss(model.forward(in), tgt);
+      loss.item<float>();
+      const double b = now_ms();
+      opt.zero_grad();
+      loss.backward();
+      const double c = now_ms();
+      tg::nn::clip_grad_norm(model.parameters(), 1.0);
+      opt.step();
+      model.parameters().back().to_vector<float>();  // wait for the update (CUDA)
+      const double d = now_ms();
+      if (record) {
+        fwd.push_back(b - a);
+        bwd.push_back(c - b);
+        upd.push_back(d - c);
+        total.push_back(d - a);
+      }
+    };
+    one_step(false);
+    one_step(false);
+    for (int i = 0; i < steps; ++i) one_step(true);
+    const double step_ms = median(total);
+    std::printf("step_ms\t%.2f\ntokens_per_s\t%.0f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
+                "optimizer_ms\t%.2f\n",
+                step_ms, batch * seq / step_ms * 1e3, median(fwd), median(bwd), median(upd));
+
+    // Where the time goes: kernel time by kind over `steps` more steps, per step.
+    tg::reset_kernel_profile();
+    tg::set_kernel_profiling(true);
+    const double a = now_ms();
+    for (int i = 0; i < steps; ++i) one_step(false);
+    const double wall = (now_ms() - a) / steps;
+    tg::set_kernel_profiling(false);
+    double kernels = 0;
+    for (const auto& [kind, t] : tg::kernel_profile()) {
+      std::printf("kernel_ms\t%s\t%.2f\t%lld calls\n", kind.c_str(), t.ms / steps,
+                  static_cast<long long>(t.calls / steps));
+      kernels += t.ms / steps;
+    }
+    std::printf("kernel_ms\tframework (wall - kernels)\t%.2f\n", wall - kernels);
+
+    // The norms alone: the 9 RMSNorms of a step, forward and backward, at the step's shape.
+    tg::nn::RMSNorm norm(cfg.d_model);
+    norm.to(device);
+    tg::Tensor x = tg::randn({batch, seq, cfg.d_model}, data).to(device).requires_grad_();
+    tg::Tensor g = tg::randn({batch, seq, cfg.d_model}, data).to(device);
+    std::vector<double> norms;
+    for (int i = 0; i < steps + 1; ++i) {
+      const double s = now_ms();
+      for (int64_t n = 0; n < 2 * cfg.layers + 1; ++n) norm.forward(x).backward(g);
+      x.grad().to_vector<float>();
+      if (i) norms.push_back(now_ms() - s);
+    }
+    std::printf("norms_ms\t%.2f\n", median(norms));
+  } catch (const tg::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
