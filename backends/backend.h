@@ -56,6 +56,11 @@ enum class BinaryOp : uint8_t {
 
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
+// One AdamW update's scalars (models/optim.h); bias_correction_k = 1 - beta_k^step.
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2;
+};
+
 struct SdpaParams;  // backends/sdpa_params.h
 struct SdpaGradViews;
 
@@ -93,6 +98,21 @@ struct Backend {
   // rebuilds P from stats and writes dq, dk, dv (and the score gradient when asked).
   virtual void sdpa_forward(const SdpaParams& p) = 0;
   virtual void sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) = 0;
+  // RMSNorm over the last dim of a contiguous x (rows, D): rstd (rows) = 1/sqrt(mean(x^2) +
+  // eps), y = x * rstd * w (w (D), or null data for no scale).
+  virtual void rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+                                const View& rstd) = 0;
+  // dx = rstd * g - x * rstd^3 * mean(g * x) with g = dy * w; dw (null data when not wanted)
+  // = sum over rows of dy * x * rstd, summed in row order.
+  virtual void rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+                                 const View& dx, const View& dw) = 0;
+  // RoPE on a contiguous x (..., D): the pair (2i, 2i+1) of a row at position t (its index
+  // along seq_dim) is rotated by the angle whose cos and sin are tables (S, D/2) [t, i].
+  virtual void rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
+                    const View& out) = 0;
+  // AdamW on contiguous p, g, m, v of one floating dtype, in place.
+  virtual void adamw_step(const View& p, const View& g, const View& m, const View& v,
+                          const AdamWStep& s) = 0;
   // Copies between this device and host memory (contiguous bytes).
   virtual void to_host(const void* src, void* dst, size_t bytes) = 0;
   virtual void from_host(const void* src, void* dst, size_t bytes) = 0;

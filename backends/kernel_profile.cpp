@@ -97,6 +97,25 @@ struct ProfilingBackend final : Backend {
     Timed t("sdpa");
     b.sdpa_backward(p, d, g);
   }
+  void rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+                        const View& r) override {
+    Timed t("norm");
+    b.rms_norm_forward(x, w, eps, y, r);
+  }
+  void rms_norm_backward(const View& dy, const View& x, const View& w, const View& r,
+                         const View& dx, const View& dw) override {
+    Timed t("norm");
+    b.rms_norm_backward(dy, x, w, r, dx, dw);
+  }
+  void rope(const View& x, const View& c, const View& s, int64_t dim, const View& o) override {
+    Timed t("rope");
+    b.rope(x, c, s, dim, o);
+  }
+  void adamw_step(const View& p, const View& g, const View& m, const View& v,
+                  const AdamWStep& s) override {
+    Timed t("optimizer");
+    b.adamw_step(p, g, m, v, s);
+  }
   void to_host(const void* s, void* d, size_t n) override {
     Timed t("transfer");
     b.to_host(s, d, n);

@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/optimizer_ops.h"
 #include "ops/reduce.h"
 
 namespace tg::nn {
@@ -82,12 +83,8 @@ void AdamW::step() {
     if (!g.defined()) continue;
     Tensor& m = state_[2 * i].second;
     Tensor& v = state_[2 * i + 1].second;
-    if (opts_.weight_decay != 0) p.mul_(1 - lr * opts_.weight_decay);
-    m.mul_(opts_.beta1).add_(g, 1 - opts_.beta1);
-    v.mul_(opts_.beta2).add_(mul(g, g), 1 - opts_.beta2);
-    // p -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
-    Tensor denom = add(div(sqrt(v), std::sqrt(bc2)), opts_.eps);
-    p.add_(div(m, denom), -lr / bc1);
+    adamw_update_(p, g, m, v,
+                  {lr, opts_.beta1, opts_.beta2, opts_.eps, opts_.weight_decay, bc1, bc2});
   }
 }
 

@@ -20,19 +20,55 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return sub(x, logsumexp(x, {dim}, true));
 }
 
+std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                      const Tensor& rstd) {
+  const int64_t d = x.sizes().back();
+  Tensor g = grad.contiguous(), xc = x.contiguous();
+  Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device()), dw;
+  if (weight.defined()) dw = Tensor::empty_like_shape({d}, x.dtype(), x.device());
+  const View none{nullptr, x.dtype(), {d}, {1}};
+  if (x.numel()) {
+    detail::backend_of(x).rms_norm_backward(
+        detail::view_of(g), detail::view_of(xc), weight.defined() ? detail::view_of(weight) : none,
+        detail::view_of(rstd), detail::view_of(dx), dw.defined() ? detail::view_of(dw) : none);
+  } else if (dw.defined()) {
+    dw = zeros({d}, x.options());
+  }
+  return {dx, dw};
+}
+
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   detail::check_defined(x, "rms_norm", "x");
   detail::check_floating(x, "rms_norm", "x");
   TG_CHECK(x.dim() >= 1, "rms_norm", "argument 'x' must have a feature dim, got a 0-d tensor");
   TG_CHECK(eps >= 0, "rms_norm", "argument 'eps' must be >= 0, got ", eps);
-  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), {-1}, true), eps)));
-  if (!weight.defined()) return y;
-  detail::check_same_dtype(x, weight, "rms_norm", "weight");
-  detail::check_same_device(x, weight, "rms_norm", "weight");
-  TG_CHECK(weight.dim() == 1 && weight.size(0) == x.sizes().back(), "rms_norm",
-           "argument 'weight' must have shape [", x.sizes().back(), "] (x's last dim), got ",
-           shape_str(weight.sizes()));
-  return mul(y, weight);
+  const int64_t d = x.sizes().back();
+  Tensor w;
+  if (weight.defined()) {
+    detail::check_same_dtype(x, weight, "rms_norm", "weight");
+    detail::check_same_device(x, weight, "rms_norm", "weight");
+    TG_CHECK(weight.dim() == 1 && weight.size(0) == d, "rms_norm",
+             "argument 'weight' must have shape [", d, "] (x's last dim), got ",
+             shape_str(weight.sizes()));
+    w = weight.detach().contiguous();
+  }
+  Tensor xc = x.detach().contiguous();
+  Shape rows(x.sizes().begin(), x.sizes().end() - 1);
+  Tensor y = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty_like_shape(rows, x.dtype(), x.device());
+  if (x.numel()) {
+    const View none{nullptr, x.dtype(), {d}, {1}};
+    detail::backend_of(x).rms_norm_forward(detail::view_of(xc), w.defined() ? detail::view_of(w) : none,
+                                           eps, detail::view_of(y), detail::view_of(rstd));
+  }
+  if (any_requires_grad({x, weight})) {
+    SavedTensor sx(xc), sw(w), sr(rstd);
+    record("rms_norm", {x, weight}, {&y}, [sx, sw, sr](const std::vector<Tensor>& g) {
+      return rms_norm_backward(g[0], sx.unpack("rms_norm"), sw.unpack("rms_norm"),
+                               sr.unpack("rms_norm"));
+    });
+  }
+  return y;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Neural-network ops: softmax family, embedding, cross-entropy, dropout.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -11,7 +12,12 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // x / sqrt(mean(x^2 over the last dim) + eps) * weight; weight (D) may be undefined (no scale).
+// One fused pass each way; the backward is not itself differentiable.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// The fused gradient: {dx, dweight} (dweight undefined without a weight) from the forward's
+// contiguous x and per-row rstd = 1/sqrt(mean(x^2) + eps).
+std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                      const Tensor& rstd);
 
 // Rows of weight (R, D) picked by int64 ids of any shape: ids.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);

@@ -5,6 +5,7 @@
 #include "ops/join.h"
 #include "ops/linalg.h"
 #include "ops/nn.h"
+#include "ops/optimizer_ops.h"
 #include "ops/reduce.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"

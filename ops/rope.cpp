@@ -4,46 +4,29 @@
 #include <vector>
 
 #include "autograd/autograd.h"
-#include "ops/elementwise.h"
 #include "ops/factories.h"
-#include "ops/join.h"
 #include "ops/op_util.h"
 
 namespace tg {
 
 namespace {
 
-// cos and sin of the angles, shaped (S, 1, ..., 1, D/2) so that they broadcast against x's
-// pairs (..., D/2) with S on seq_dim. Angles are computed in double, then cast.
+// cos and sin (S, D/2) of the angles (t + offset) * theta^(-2i/D), computed in double and
+// cast to x's dtype; sin is negated for the inverse rotation.
 void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
   const int64_t s_len = x.size(seq), half = x.sizes().back() / 2;
   std::vector<double> c(static_cast<size_t>(s_len * half)), s(c.size());
-  for (int64_t t = 0; t < s_len; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(o.theta, -2.0 * static_cast<double>(i) / (2.0 * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double freq = std::pow(o.theta, -2.0 * static_cast<double>(i) / (2.0 * half));
+    for (int64_t t = 0; t < s_len; ++t) {
       const double angle = static_cast<double>(t + o.offset) * freq;
       c[t * half + i] = std::cos(angle);
       s[t * half + i] = o.inverse ? -std::sin(angle) : std::sin(angle);
     }
   }
-  Shape table(static_cast<size_t>(x.dim() - seq), 1);
-  table.front() = s_len;
-  table.back() = half;
-  cos_t = from_vector(c, table).to(x.dtype()).to(x.device());
-  sin_t = from_vector(s, table).to(x.dtype()).to(x.device());
-}
-
-Tensor rope_values(const Tensor& x, int64_t seq, const RopeOptions& o) {
-  Tensor cos_t, sin_t;
-  rope_tables(x, seq, o, cos_t, sin_t);
-  Shape pairs(x.sizes().begin(), x.sizes().end() - 1);
-  pairs.push_back(x.sizes().back() / 2);
-  pairs.push_back(2);
-  Tensor xp = x.reshape(pairs);
-  Tensor even = xp.slice(-1, 0, 1).squeeze(-1), odd = xp.slice(-1, 1, 2).squeeze(-1);
-  Tensor out_even = sub(mul(even, cos_t), mul(odd, sin_t));
-  Tensor out_odd = add(mul(even, sin_t), mul(odd, cos_t));
-  return stack({out_even, out_odd}, -1).reshape(x.sizes());
+  const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
+  cos_t = from_vector(c, {s_len, half}, opts);
+  sin_t = from_vector(s, {s_len, half}, opts);
 }
 
 }  // namespace
@@ -61,10 +44,13 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
   TG_CHECK(opts.offset >= 0, "rope", "argument 'offset' must be >= 0, got ", opts.offset);
   TG_CHECK(opts.theta > 0 && std::isfinite(opts.theta), "rope",
            "argument 'theta' must be a positive finite number, got ", opts.theta);
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = rope_values(x.detach(), seq, opts);
+  Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
+  if (out.numel()) {
+    Tensor cos_t, sin_t;
+    rope_tables(x, seq, opts, cos_t, sin_t);
+    detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t), detail::view_of(sin_t),
+                               seq, detail::view_of(out));
   }
   if (any_requires_grad({x})) {
     RopeOptions back = opts;

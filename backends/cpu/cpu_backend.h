@@ -22,6 +22,14 @@ struct CpuBackend final : Backend {
   void scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) override;
   void sdpa_forward(const SdpaParams& p) override;
   void sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) override;
+  void rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+                        const View& rstd) override;
+  void rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+                         const View& dx, const View& dw) override;
+  void rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
+            const View& out) override;
+  void adamw_step(const View& p, const View& g, const View& m, const View& v,
+                  const AdamWStep& s) override;
   void to_host(const void* src, void* dst, size_t bytes) override;
   void from_host(const void* src, void* dst, size_t bytes) override;
 };

@@ -1,0 +1,143 @@
+// Fused kernels of the transformer's own ops: RMSNorm forward and backward, RoPE, AdamW.
+// Each replaces a chain of elementwise passes by one pass over memory.
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace tg::cpu {
+
+namespace {
+constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
+}
+
+void CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+                                  const View& rstd) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
+    const T* xp = static_cast<const T*>(x.data);
+    const T* wp = static_cast<const T*>(w.data);
+    T* yp = static_cast<T*>(y.data);
+    T* rp = static_cast<T*>(rstd.data);
+#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * d;
+      double ss = 0;
+      for (int64_t c = 0; c < d; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+      const T rs = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+      rp[r] = rs;
+      T* yr = yp + r * d;
+      if (wp) {
+        for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] * rs * wp[c];
+      } else {
+        for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] * rs;
+      }
+    }
+  });
+}
+
+void CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+                                   const View& dx, const View& dw) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
+    const T* gp = static_cast<const T*>(dy.data);
+    const T* xp = static_cast<const T*>(x.data);
+    const T* wp = static_cast<const T*>(w.data);
+    const T* rp = static_cast<const T*>(rstd.data);
+    T* dxp = static_cast<T*>(dx.data);
+#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* g = gp + r * d;
+      const T* xr = xp + r * d;
+      double dot = 0;
+      if (wp) {
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * wp[c] * xr[c];
+      } else {
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * xr[c];
+      }
+      const T rs = rp[r];
+      const T k = static_cast<T>(static_cast<double>(rs) * rs * rs * dot / static_cast<double>(d));
+      T* o = dxp + r * d;
+      if (wp) {
+        for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] * wp[c] - k * xr[c];
+      } else {
+        for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] - k * xr[c];
+      }
+    }
+    if (!dw.data) return;
+    // Columns in blocks across threads, rows in order: deterministic for any thread count.
+    T* dwp = static_cast<T*>(dw.data);
+    constexpr int64_t kCols = 64;
+    const int64_t blocks = (d + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (rows * d > kParallelMin && blocks > 1)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kCols, c1 = c0 + kCols < d ? c0 + kCols : d;
+      double acc[kCols] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* g = gp + r * d;
+        const T* xr = xp + r * d;
+        const double rs = rp[r];
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(g[c]) * xr[c] * rs;
+      }
+      for (int64_t c = c0; c < c1; ++c) dwp[c] = static_cast<T>(acc[c - c0]);
+    }
+  });
+}
+
+void CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
+                      const View& out) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = static_cast<int64_t>(x.sizes.size());
+    const int64_t d = x.sizes.back(), half = d / 2, rows = d ? x.numel() / d : 0;
+    const int64_t len = x.sizes[seq_dim];
+    int64_t per_pos = 1;  // rows between consecutive positions
+    for (int64_t i = seq_dim + 1; i < n - 1; ++i) per_pos *= x.sizes[i];
+    const T* xp = static_cast<const T*>(x.data);
+    const T* cp = static_cast<const T*>(cos.data);
+    const T* sp = static_cast<const T*>(sin.data);
+    T* op = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = (r / per_pos) % len;
+      const T* xr = xp + r * d;
+      const T* c = cp + pos * half;
+      const T* s = sp + pos * half;
+      T* o = op + r * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const T e = xr[2 * i], od = xr[2 * i + 1];
+        o[2 * i] = e * c[i] - od * s[i];
+        o[2 * i + 1] = e * s[i] + od * c[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
+                            const AdamWStep& s) {
+  dispatch_float(p.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = p.numel();
+    T* pp = static_cast<T*>(p.data);
+    const T* gp = static_cast<const T*>(g.data);
+    T* mp = static_cast<T*>(m.data);
+    T* vp = static_cast<T*>(v.data);
+    const T decay = static_cast<T>(1 - s.lr * s.weight_decay);
+    const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
+    const T a1 = static_cast<T>(1 - s.beta1), a2 = static_cast<T>(1 - s.beta2);
+    const T inv_sqrt_bc2 = static_cast<T>(1 / std::sqrt(s.bias_correction2));
+    const T step = static_cast<T>(s.lr / s.bias_correction1), eps = static_cast<T>(s.eps);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const T gi = gp[i];
+      const T mi = b1 * mp[i] + a1 * gi;
+      const T vi = b2 * vp[i] + a2 * gi * gi;
+      mp[i] = mi;
+      vp[i] = vi;
+      pp[i] = pp[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
+
+}  // namespace tg::cpu

@@ -1,0 +1,34 @@
+#include "ops/optimizer_ops.h"
+
+#include "autograd/grad_mode.h"
+#include "ops/op_util.h"
+
+namespace tg {
+
+void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) {
+  const char* op = "adamw_update_";
+  detail::check_defined(p, op, "param");
+  detail::check_floating(p, op, "param");
+  TG_CHECK(!(grad_enabled() && p.requires_grad()), op,
+           "in-place update of a parameter while grad mode is on; wrap it in tg::NoGradGuard");
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&g, "grad"}, {&m, "exp_avg"},
+                         {&v, "exp_avg_sq"}}) {
+    detail::check_defined(*t, op, name);
+    detail::check_same_dtype(p, *t, op, name);
+    detail::check_same_device(p, *t, op, name);
+    TG_CHECK(t->sizes() == p.sizes(), op, "argument '", name, "' has shape ",
+             shape_str(t->sizes()), ", expected the parameter's ", shape_str(p.sizes()));
+  }
+  for (auto [t, name] :
+       {std::pair<const Tensor*, const char*>{&p, "param"}, {&m, "exp_avg"}, {&v, "exp_avg_sq"}}) {
+    TG_CHECK(t->is_contiguous(), op, "argument '", name, "' must be contiguous");
+  }
+  if (p.numel()) {
+    Tensor gc = g.contiguous();
+    detail::backend_of(p).adamw_step(detail::view_of(p), detail::view_of(gc), detail::view_of(m),
+                                     detail::view_of(v), s);
+  }
+  for (Tensor* t : {&p, &m, &v}) t->impl()->storage->bump_version();
+}
+
+}  // namespace tg
