@@ -2,7 +2,8 @@
 # Installs the Debian packages tapegrad builds with, plus any named as arguments, when any
 # is missing. Idempotent. An optional package that fails to install is reported, not fatal.
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev doctest-dev librandom123-dev nlohmann-json3-dev libcli11-dev)
+packages=(cmake g++ make libeigen3-dev doctest-dev librandom123-dev nlohmann-json3-dev libcli11-dev
+  libopenblas-openmp-dev)
 optional=("$@")
 missing() {
   for p in "$@"; do
