@@ -4,7 +4,11 @@
 scaled_dot_product_attention(enable_gqa=True), SwiGLU, RMSNorm, untied head, cross-entropy,
 global-norm clipping and AdamW. Prints both and the ratio.
 
-    python bench/compare_train_torch.py build/bench/bench/bench_train_step [threads] [steps] [cpu|cuda]
+    python bench/compare_train_torch.py build/bench/bench/bench_train_step [threads] [steps] [cpu|cuda] [rounds]
+
+The two run alternately for `rounds` rounds (default 3) so that a slow spell of a shared
+machine hits both; each round reports a median over `steps` steps, and the final ratio is
+between the medians of the rounds.
 
 PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
@@ -110,17 +114,25 @@ def main():
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+    rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     torch.set_num_threads(threads)
-    out = subprocess.run([exe, str(threads), str(steps), device], check=True,
-                         capture_output=True, text=True).stdout
-    print(out.rstrip())
-    ours = float(next(l.split("\t")[1] for l in out.splitlines() if l.startswith("step_ms")))
-    theirs = torch_step_ms(steps, device)
+    ours, theirs = [], []
+    for r in range(rounds):
+        out = subprocess.run([exe, str(threads), str(steps), device], check=True,
+                             capture_output=True, text=True).stdout
+        if r == 0:
+            print(out.rstrip())
+        ours.append(float(next(l.split("\t")[1] for l in out.splitlines()
+                               if l.startswith("step_ms"))))
+        theirs.append(torch_step_ms(steps, device))
+        print(f"round {r + 1}: tapegrad {ours[-1]:.1f} ms, pytorch {theirs[-1]:.1f} ms")
+    a, b = sorted(ours)[len(ours) // 2], sorted(theirs)[len(theirs) // 2]
     tokens = B * S
-    print(f"\n{'':12}{'ms/step':>10}{'tokens/s':>10}")
-    print(f"{'tapegrad':12}{ours:10.1f}{tokens / ours * 1e3:10.0f}")
-    print(f"{'pytorch':12}{theirs:10.1f}{tokens / theirs * 1e3:10.0f}")
-    print(f"speedup (pytorch ms / tapegrad ms): {theirs / ours:.2f}x  [torch {torch.__version__}]")
+    print(f"\n{'':12}{'ms/step':>10}{'tokens/s':>10}   (median of {rounds} rounds)")
+    print(f"{'tapegrad':12}{a:10.1f}{tokens / a * 1e3:10.0f}")
+    print(f"{'pytorch':12}{b:10.1f}{tokens / b * 1e3:10.0f}")
+    print(f"speedup (pytorch ms / tapegrad ms): {b / a:.2f}x  [torch {torch.__version__}, "
+          f"{threads} threads, {device}]")
 
 
 if __name__ == "__main__":
