@@ -90,6 +90,8 @@ TEST_CASE("nn op errors") {
   check_throws_with_prefix([&] { arange(0, 1, 0); }, "[arange]", "non-zero");
   check_throws_with_prefix([&] { var(ones({3}), {}, -1); }, "[var]", "correction");
   check_throws_with_prefix([&] { set_num_threads(0); }, "[set_num_threads]", ">= 1");
+  check_throws_with_prefix([&] { ones({2}).grad().to_vector<float>(); }, "[to_vector]",
+                           "undefined");
 }
 
 TEST_CASE("device errors without CUDA") {

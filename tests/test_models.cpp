@@ -304,3 +304,66 @@ TEST_CASE("decoding: greedy equals temperature 0 and top-1 sampling") {
   for (int64_t id : s) CHECK((id >= 0 && id < 11));
   tgtest::check_throws_with_prefix([&] { nn::sample(model, {12}, o, gen); }, "[sample]", "outside");
 }
+
+TEST_CASE("fused kernels in float32 agree with float64") {
+  Tensor x = rnd({3, 5, 8}, 21), w = rnd({8}, 22), g = rnd({3, 5, 8}, 23);
+  auto run = [&](DType t, bool weight) {
+    Tensor xi = x.detach().to(t).clone().requires_grad_(true);
+    Tensor wi = w.detach().to(t).clone().requires_grad_(true);
+    Tensor y = rms_norm(xi, weight ? wi : Tensor(), 1e-5);
+    y.backward(g.to(t));
+    std::vector<double> out = y.to_vector<double>(), dx = xi.grad().to_vector<double>();
+    out.insert(out.end(), dx.begin(), dx.end());
+    if (weight) {
+      std::vector<double> dw = wi.grad().to_vector<double>();
+      out.insert(out.end(), dw.begin(), dw.end());
+    }
+    return out;
+  };
+  for (bool weight : {true, false}) {
+    tgtest::check_close(run(kFloat32, weight), run(kFloat64, weight), 1e-5);
+  }
+  RopeOptions o;
+  o.seq_dim = -3;
+  o.offset = 3;
+  tgtest::check_close(rope(x.to(kFloat32), o).to_vector<double>(), rope(x, o).to_vector<double>(),
+                      1e-6);
+}
+
+TEST_CASE("adamw_update_: the fused kernel against in-place ops, and its errors") {
+  Tensor p = rnd({4, 3}, 31), g = rnd({4, 3}, 32), m = rnd({4, 3}, 33), v = rnd({4, 3}, 34, 0, 1);
+  AdamWStep s{0.01, 0.9, 0.99, 1e-6, 0.1, 0.5, 0.3};
+  Tensor want_m = add(mul(m, 0.9), mul(g, 0.1)), want_v = add(mul(v, 0.99), mul(mul(g, g), 0.01));
+  Tensor want_p = sub(mul(p, 1 - 0.01 * 0.1),
+                      mul(div(want_m, add(div(sqrt(want_v), std::sqrt(0.3)), 1e-6)), 0.01 / 0.5));
+  adamw_update_(p, g, m, v, s);
+  tgtest::check_close(p.to_vector<double>(), want_p.to_vector<double>(), 1e-14);
+  tgtest::check_close(m.to_vector<double>(), want_m.to_vector<double>(), 1e-15);
+  tgtest::check_close(v.to_vector<double>(), want_v.to_vector<double>(), 1e-15);
+  Tensor bad = rnd({3, 4}, 1);
+  tgtest::check_throws_with_prefix([&] { adamw_update_(p, bad, m, v, s); }, "[adamw_update_]",
+                                   "'grad' has shape [3, 4]");
+  Tensor strided = rnd({3, 4}, 1).transpose(0, 1);
+  tgtest::check_throws_with_prefix([&] { adamw_update_(strided, g, m, v, s); }, "[adamw_update_]",
+                                   "contiguous");
+  Tensor f32 = rnd({4, 3}, 1).to(kFloat32);
+  tgtest::check_throws_with_prefix([&] { adamw_update_(p, g, f32, v, s); }, "[adamw_update_]", "");
+  Tensor leafp = rnd({4, 3}, 1).requires_grad_(true);
+  tgtest::check_throws_with_prefix([&] { adamw_update_(leafp, g, m, v, s); }, "[adamw_update_]",
+                                   "NoGradGuard");
+}
+
+TEST_CASE("kernel profiling counts kernels by kind while on") {
+  reset_kernel_profile();
+  set_kernel_profiling(true);
+  matmul(rnd({4, 3}, 1), rnd({3, 2}, 2));
+  rms_norm(rnd({2, 4}, 3), Tensor());
+  set_kernel_profiling(false);
+  matmul(rnd({4, 3}, 1), rnd({3, 2}, 2));  // not counted
+  auto prof = kernel_profile();
+  CHECK(prof["matmul"].calls == 1);
+  CHECK(prof["norm"].calls == 1);
+  CHECK(prof["matmul"].ms >= 0);
+  reset_kernel_profile();
+  CHECK(kernel_profile().empty());
+}
