@@ -215,3 +215,25 @@ TEST_CASE("training on the sort task: the loss falls") {
   auto r = nn::exact_match(model, nn::task_eval_set(*task, 100, 1));
   CHECK(r.accuracy() > 0.2);
 }
+
+TEST_CASE("text dataset: next-byte targets, a held-out split, and its errors") {
+  fs::path dir = temp_dir("text");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += static_cast<char>('a' + i % 26);
+  write_bytes(dir / "t.txt", std::vector<char>(text.begin(), text.end()));
+  nn::TextDataset data((dir / "t.txt").string());
+  CHECK(data.text() == text);
+  for (bool validation : {false, true}) {
+    nn::Batch b = data.batch(3, 8, 1, 4, validation);
+    CHECK(b.inputs.sizes() == Shape{3, 8});
+    std::vector<int64_t> in = b.inputs.to_vector<int64_t>(), tg = b.targets.to_vector<int64_t>();
+    for (size_t i = 0; i < in.size(); ++i) CHECK(tg[i] == 'a' + (in[i] - 'a' + 1) % 26);
+  }
+  CHECK(data.batch(3, 8, 1, 4, false).inputs.to_vector<int64_t>() ==
+        data.batch(3, 8, 1, 4, false).inputs.to_vector<int64_t>());
+  tgtest::check_throws_with_prefix([&] { data.batch(2, 30, 1, 0, true); }, "[text]",
+                                   "bytes of validation text");
+  tgtest::check_throws_with_prefix([&] { nn::TextDataset((dir / "none.txt").string()); }, "[text]",
+                                   "cannot open");
+  fs::remove_all(dir);
+}
