@@ -20,7 +20,8 @@ class Timed {
   explicit Timed(const char* kind) : kind_(kind), start_(std::chrono::steady_clock::now()) {}
   ~Timed() {
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
     std::lock_guard<std::mutex> lock(g_mutex);
     KernelTime& t = g_times[kind_];
     t.ms += ms;

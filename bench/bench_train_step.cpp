@@ -80,9 +80,10 @@ int main(int argc, char** argv) {
     one_step(false);
     for (int i = 0; i < steps; ++i) one_step(true);
     const double step_ms = median(total);
-    std::printf("step_ms\t%.2f\ntokens_per_s\t%.0f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
-                "optimizer_ms\t%.2f\n",
-                step_ms, batch * seq / step_ms * 1e3, median(fwd), median(bwd), median(upd));
+    std::printf(
+        "step_ms\t%.2f\ntokens_per_s\t%.0f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
+        "optimizer_ms\t%.2f\n",
+        step_ms, batch * seq / step_ms * 1e3, median(fwd), median(bwd), median(upd));
 
     // Where the time goes: kernel time by kind over `steps` more steps, per step.
     tg::reset_kernel_profile();

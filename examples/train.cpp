@@ -51,9 +51,10 @@ class Progress {
     const double eta = done ? secs / done * static_cast<double>(total_ - step - 1) : 0;
     const int width = 24, filled = static_cast<int>(width * (step + 1) / total_);
     char line[256];
-    std::snprintf(line, sizeof line, "[%s%s] step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
+    std::snprintf(line, sizeof line,
+                  "[%s%s] step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
                   std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                  static_cast<long long>(step + 1), static_cast<long long>(total_), loss, lr,
+                  static_cast<long long>(step) + 1, static_cast<long long>(total_), loss, lr,
                   secs > 0 ? tokens_ / secs : 0.0, eta);
     const int64_t every = std::max<int64_t>(1, total_ / 20);
     if (tty_) {
@@ -145,9 +146,11 @@ int run(const Args& a) {
   cfg.ffn = a.ffn;
   cfg.attn_dropout = a.dropout;
   if (a.resume) {
-    TG_CHECK(fs::exists(model_path) && fs::exists(optim_path), "train", "--resume: no checkpoint in '",
-             a.out, "' (expected model.safetensors and optimizer.safetensors)");
-    cfg = tg::nn::config_from_json(tg::nn::load_safetensors(model_path.string()).metadata.at("config"));
+    TG_CHECK(fs::exists(model_path) && fs::exists(optim_path), "train",
+             "--resume: no checkpoint in '", a.out,
+             "' (expected model.safetensors and optimizer.safetensors)");
+    cfg = tg::nn::config_from_json(
+        tg::nn::load_safetensors(model_path.string()).metadata.at("config"));
   }
   tg::nn::Transformer model(cfg, a.seed);
   model.to(device);
@@ -162,14 +165,15 @@ int run(const Args& a) {
   const int64_t first = opt.steps();
   const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
 
-  std::printf("tapegrad %s: %s, %lld layers, d_model %lld, heads %lld/%lld (q/kv), ffn %lld, "
-              "%lld parameters\n",
-              a.resume ? "resuming" : "training",
-              task ? (task->name() + " (size " + std::to_string(a.task_size) + ")").c_str()
-                   : a.text.c_str(),
-              static_cast<long long>(cfg.layers), static_cast<long long>(cfg.d_model),
-              static_cast<long long>(cfg.heads), static_cast<long long>(cfg.kv_heads),
-              static_cast<long long>(cfg.ffn_size()), static_cast<long long>(model.parameter_count()));
+  std::printf(
+      "tapegrad %s: %s, %lld layers, d_model %lld, heads %lld/%lld (q/kv), ffn %lld, "
+      "%lld parameters\n",
+      a.resume ? "resuming" : "training",
+      task ? (task->name() + " (size " + std::to_string(a.task_size) + ")").c_str()
+           : a.text.c_str(),
+      static_cast<long long>(cfg.layers), static_cast<long long>(cfg.d_model),
+      static_cast<long long>(cfg.heads), static_cast<long long>(cfg.kv_heads),
+      static_cast<long long>(cfg.ffn_size()), static_cast<long long>(model.parameter_count()));
   std::printf("steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s\n",
               static_cast<long long>(a.steps), static_cast<long long>(first),
               static_cast<long long>(a.batch), static_cast<long long>(seq), a.lr,
@@ -188,7 +192,8 @@ int run(const Args& a) {
     tg::NoGradGuard no_grad;
     model.eval();
     auto b = text->batch(a.batch, seq, a.seed, 0, true);
-    double loss = tg::nn::lm_loss(model.forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
+    double loss =
+        tg::nn::lm_loss(model.forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
     model.train();
     return fmt("validation loss %.4f", loss);
   };
@@ -213,7 +218,8 @@ int run(const Args& a) {
     loss_value = tg::nn::train_step(model, opt, b, dropout, {a.clip});
     TG_CHECK(std::isfinite(loss_value), "train", "loss became ", loss_value, " at step ", step,
              " (try a lower --lr)");
-    rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss_value) + "," + fmt("%.6e", opt.lr));
+    rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss_value) + "," +
+                   fmt("%.6e", opt.lr));
     progress.update(step, loss_value, opt.lr, a.batch * seq);
     if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss_value) +
@@ -229,9 +235,10 @@ int run(const Args& a) {
 
   std::printf("final: %s\n", evaluate(a.eval_examples).c_str());
   if (task) {
-    auto r = tg::nn::exact_match(model, std::vector<tg::nn::Example>(
-                                            eval_set.begin(), eval_set.begin() + std::min<size_t>(
-                                                                  a.samples, eval_set.size())));
+    auto r = tg::nn::exact_match(
+        model,
+        std::vector<tg::nn::Example>(
+            eval_set.begin(), eval_set.begin() + std::min<size_t>(a.samples, eval_set.size())));
     for (size_t i = 0; i < r.predictions.size(); ++i) {
       std::printf("  %s%s   (expected %s) %s\n", eval_set[i].prompt.c_str(),
                   r.predictions[i].c_str(), eval_set[i].answer.c_str(),
@@ -251,19 +258,20 @@ int run(const Args& a) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses the flags and runs; errors of the library come back as tg::Error.
+int parse_and_run(int argc, char** argv) {
   Args a;
   CLI::App app{"Train a RoPE + grouped-query-attention transformer with tapegrad."};
   app.add_option("--task", a.task, "built-in task: reverse, sort or add")->capture_default_str();
-  app.add_option("--task-size", a.task_size, "task length (letters, digits)")->capture_default_str();
+  app.add_option("--task-size", a.task_size, "task length (letters, digits)")
+      ->capture_default_str();
   app.add_option("--text", a.text, "train a character-level model on this text file instead")
       ->check(CLI::ExistingFile);
   app.add_option("--layers", a.layers, "transformer blocks")->capture_default_str();
   app.add_option("--d-model", a.d_model, "model width")->capture_default_str();
   app.add_option("--heads", a.heads, "query heads")->capture_default_str();
-  app.add_option("--kv-heads", a.kv_heads, "key/value heads (divides --heads)")->capture_default_str();
+  app.add_option("--kv-heads", a.kv_heads, "key/value heads (divides --heads)")
+      ->capture_default_str();
   app.add_option("--ffn", a.ffn, "SwiGLU hidden size (0: 8/3 d_model)")->capture_default_str();
   app.add_option("--dropout", a.dropout, "attention dropout")->capture_default_str();
   app.add_option("--steps", a.steps, "training steps")->capture_default_str();
@@ -287,11 +295,14 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  return run(a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   try {
-    return run(a);
-  } catch (const tg::Error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
+    return parse_and_run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nerror: %s\n", e.what());
     return 1;

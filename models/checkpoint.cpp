@@ -28,8 +28,8 @@ void copy_named(const std::string& path, const NamedTensors& file, const NamedTe
              t.dtype(), ", the ", what, " expects ", p.dtype());
   }
   for (const auto& [name, t] : file) {
-    TG_CHECK(expected.count(name), "checkpoint", "'", path, "' holds tensor '", name,
-             "' that the ", what, " does not have (a checkpoint of another model?)");
+    TG_CHECK(expected.count(name), "checkpoint", "'", path, "' holds tensor '", name, "' that the ",
+             what, " does not have (a checkpoint of another model?)");
   }
   NoGradGuard no_grad;
   for (const auto& [name, p] : into) Tensor(p).copy_(*by_name[name]);

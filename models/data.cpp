@@ -13,9 +13,9 @@ namespace {
 // A generator for (seed, step, stream): independent of every other step, so resuming at any
 // step reproduces the data. Stream 1 is reserved for evaluation.
 std::mt19937_64 rng_for(uint64_t seed, int64_t step, uint64_t stream) {
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                    static_cast<uint32_t>(step), static_cast<uint32_t>(static_cast<uint64_t>(step) >> 32),
-                    static_cast<uint32_t>(stream)};
+  std::seed_seq seq{
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(step),
+      static_cast<uint32_t>(static_cast<uint64_t>(step) >> 32), static_cast<uint32_t>(stream)};
   return std::mt19937_64(seq);
 }
 

@@ -15,7 +15,8 @@ namespace {
 // Runs the model in eval mode (no dropout, no tape) and restores the mode afterwards.
 class EvalScope {
  public:
-  explicit EvalScope(const Transformer& m) : m_(const_cast<Transformer&>(m)), was_(m.is_training()) {
+  explicit EvalScope(const Transformer& m)
+      : m_(const_cast<Transformer&>(m)), was_(m.is_training()) {
     m_.eval();
   }
   ~EvalScope() { m_.train(was_); }
@@ -38,8 +39,8 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
   TG_CHECK(opts.top_k >= 0, "sample", "argument 'top_k' must be >= 0, got ", opts.top_k);
   const int64_t vocab = model.config().vocab;
   for (int64_t id : prompt) {
-    TG_CHECK(id >= 0 && id < vocab, "sample", "prompt token ", id, " is outside the vocabulary [0, ",
-             vocab, ")");
+    TG_CHECK(id >= 0 && id < vocab, "sample", "prompt token ", id,
+             " is outside the vocabulary [0, ", vocab, ")");
   }
   EvalScope scope(model);
   std::vector<int64_t> seq = prompt, out;
@@ -113,10 +114,11 @@ ExactMatch exact_match(const Transformer& model, const std::vector<Example>& exa
       ids.insert(ids.end(), e.begin(), e.end());
     }
     const int64_t n = static_cast<int64_t>(end - at);
-    std::vector<int64_t> out = greedy_decode(model, from_vector(ids, {n, p}), a).to_vector<int64_t>();
+    std::vector<int64_t> out =
+        greedy_decode(model, from_vector(ids, {n, p}), a).to_vector<int64_t>();
     for (int64_t i = 0; i < n; ++i) {
-      std::string pred = ByteTokenizer::decode(std::vector<int64_t>(out.begin() + i * a,
-                                                                    out.begin() + (i + 1) * a));
+      std::string pred = ByteTokenizer::decode(
+          std::vector<int64_t>(out.begin() + i * a, out.begin() + (i + 1) * a));
       r.correct += pred == examples[at + i].answer;
       ++r.total;
       r.predictions.push_back(std::move(pred));

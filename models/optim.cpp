@@ -64,7 +64,8 @@ void SGD::step() {
 AdamW::AdamW(NamedTensors params, AdamWOptions opts) : Optimizer(std::move(params)), opts_(opts) {
   lr = opts.lr;
   TG_CHECK(opts.beta1 >= 0 && opts.beta1 < 1 && opts.beta2 >= 0 && opts.beta2 < 1, "AdamW",
-           "arguments 'beta1' and 'beta2' must be in [0, 1), got ", opts.beta1, " and ", opts.beta2);
+           "arguments 'beta1' and 'beta2' must be in [0, 1), got ", opts.beta1, " and ",
+           opts.beta2);
   TG_CHECK(opts.eps > 0, "AdamW", "argument 'eps' must be positive, got ", opts.eps);
   for (size_t i = 0; i < params_.size(); ++i) {
     add_slot(i, "exp_avg");

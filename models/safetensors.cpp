@@ -53,13 +53,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   uint64_t at = 0;
   for (const auto& [name, t] : tensors) {
     TG_CHECK(t.defined(), "safetensors", "tensor '", name, "' is undefined");
-    TG_CHECK(name != "__metadata__" && !header.contains(name), "safetensors", "tensor name '",
-             name, "' is reserved or repeated");
+    TG_CHECK(name != "__metadata__" && !header.contains(name), "safetensors", "tensor name '", name,
+             "' is reserved or repeated");
     Tensor c = t.detach().to(kCPU).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtype_size(c.dtype());
-    header[name] = {{"dtype", st_dtype(c.dtype())},
-                    {"shape", c.sizes()},
-                    {"data_offsets", {at, at + bytes}}};
+    header[name] = {
+        {"dtype", st_dtype(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
     host.push_back(c);
   }
@@ -107,7 +106,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("safetensors", "'", path, "' has a header that is not valid JSON: ", e.what());
   }
-  TG_CHECK(header.is_object(), "safetensors", "'", path, "' has a header that is not a JSON object");
+  TG_CHECK(header.is_object(), "safetensors", "'", path,
+           "' has a header that is not a JSON object");
   const uint64_t data_size = size - 8 - n;
   const char* data = bytes.data() + 8 + n;
 

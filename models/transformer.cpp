@@ -29,8 +29,10 @@ void TransformerConfig::validate() const {
            ") must be divisible by 'heads' (", heads, ")");
   TG_CHECK(heads % kv_heads == 0, "TransformerConfig", "field 'heads' (", heads,
            ") must be a multiple of 'kv_heads' (", kv_heads, ")");
-  TG_CHECK(head_dim() % 2 == 0, "TransformerConfig", "head dim d_model/heads must be even for "
-           "RoPE, got ", head_dim());
+  TG_CHECK(head_dim() % 2 == 0, "TransformerConfig",
+           "head dim d_model/heads must be even for "
+           "RoPE, got ",
+           head_dim());
   TG_CHECK(rope_theta > 0, "TransformerConfig", "field 'rope_theta' must be positive, got ",
            rope_theta);
   TG_CHECK(attn_dropout >= 0 && attn_dropout < 1, "TransformerConfig",
@@ -42,14 +44,14 @@ void TransformerConfig::validate() const {
 Attention::Attention(const TransformerConfig& cfg, Generator& gen) : cfg_(cfg) {
   const int64_t d = cfg.d_model, dh = cfg.head_dim();
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  wq_ = register_module("wq", std::make_shared<Linear>(d, cfg.heads * dh, false, gen, kInitStd,
-                                                        cfg.dtype));
-  wk_ = register_module("wk", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen,
-                                                        kInitStd, cfg.dtype));
-  wv_ = register_module("wv", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen,
-                                                        kInitStd, cfg.dtype));
-  wo_ = register_module("wo", std::make_shared<Linear>(cfg.heads * dh, d, false, gen, out_std,
-                                                        cfg.dtype));
+  wq_ = register_module(
+      "wq", std::make_shared<Linear>(d, cfg.heads * dh, false, gen, kInitStd, cfg.dtype));
+  wk_ = register_module(
+      "wk", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen, kInitStd, cfg.dtype));
+  wv_ = register_module(
+      "wv", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen, kInitStd, cfg.dtype));
+  wo_ = register_module(
+      "wo", std::make_shared<Linear>(cfg.heads * dh, d, false, gen, out_std, cfg.dtype));
 }
 
 Tensor Attention::forward(const Tensor& x, Generator& dropout) const {
@@ -75,9 +77,12 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout) const {
 }
 
 MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {
-  w1_ = register_module("w1", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
-  w2_ = register_module("w2", std::make_shared<Linear>(hidden, d_model, false, gen, out_std, dtype));
-  w3_ = register_module("w3", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
+  w1_ =
+      register_module("w1", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
+  w2_ =
+      register_module("w2", std::make_shared<Linear>(hidden, d_model, false, gen, out_std, dtype));
+  w3_ =
+      register_module("w3", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
 }
 
 Tensor MLP::forward(const Tensor& x) const {
@@ -85,14 +90,14 @@ Tensor MLP::forward(const Tensor& x) const {
 }
 
 Block::Block(const TransformerConfig& cfg, Generator& gen) {
-  attn_norm_ = register_module("attn_norm",
-                               std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  attn_norm_ =
+      register_module("attn_norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
   attn_ = register_module("attn", std::make_shared<Attention>(cfg, gen));
-  mlp_norm_ = register_module("mlp_norm",
-                              std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
+  mlp_norm_ =
+      register_module("mlp_norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  mlp_ = register_module("mlp", std::make_shared<MLP>(cfg.d_model, cfg.ffn_size(), gen, out_std,
-                                                      cfg.dtype));
+  mlp_ = register_module(
+      "mlp", std::make_shared<MLP>(cfg.d_model, cfg.ffn_size(), gen, out_std, cfg.dtype));
 }
 
 Tensor Block::forward(const Tensor& x, Generator& dropout) const {
@@ -103,16 +108,16 @@ Tensor Block::forward(const Tensor& x, Generator& dropout) const {
 Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg) {
   cfg.validate();
   Generator gen{seed, 0};
-  embed_ = register_module("embed", std::make_shared<Embedding>(cfg.vocab, cfg.d_model, gen,
-                                                                kInitStd, cfg.dtype));
+  embed_ = register_module(
+      "embed", std::make_shared<Embedding>(cfg.vocab, cfg.d_model, gen, kInitStd, cfg.dtype));
   for (int64_t i = 0; i < cfg.layers; ++i) {
     blocks_.push_back(
         register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg, gen)));
   }
   norm_ = register_module("norm", std::make_shared<RMSNorm>(cfg.d_model, cfg.norm_eps, cfg.dtype));
   if (!cfg.tie_weights) {
-    head_ = register_module("head", std::make_shared<Linear>(cfg.d_model, cfg.vocab, false, gen,
-                                                             kInitStd, cfg.dtype));
+    head_ = register_module(
+        "head", std::make_shared<Linear>(cfg.d_model, cfg.vocab, false, gen, kInitStd, cfg.dtype));
   }
 }
 

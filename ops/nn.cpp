@@ -58,8 +58,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   Tensor rstd = Tensor::empty_like_shape(rows, x.dtype(), x.device());
   if (x.numel()) {
     const View none{nullptr, x.dtype(), {d}, {1}};
-    detail::backend_of(x).rms_norm_forward(detail::view_of(xc), w.defined() ? detail::view_of(w) : none,
-                                           eps, detail::view_of(y), detail::view_of(rstd));
+    detail::backend_of(x).rms_norm_forward(detail::view_of(xc),
+                                           w.defined() ? detail::view_of(w) : none, eps,
+                                           detail::view_of(y), detail::view_of(rstd));
   }
   if (any_requires_grad({x, weight})) {
     SavedTensor sx(xc), sw(w), sr(rstd);

@@ -11,13 +11,13 @@ void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW
   detail::check_floating(p, op, "param");
   TG_CHECK(!(grad_enabled() && p.requires_grad()), op,
            "in-place update of a parameter while grad mode is on; wrap it in tg::NoGradGuard");
-  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&g, "grad"}, {&m, "exp_avg"},
-                         {&v, "exp_avg_sq"}}) {
+  for (auto [t, name] :
+       {std::pair<const Tensor*, const char*>{&g, "grad"}, {&m, "exp_avg"}, {&v, "exp_avg_sq"}}) {
     detail::check_defined(*t, op, name);
     detail::check_same_dtype(p, *t, op, name);
     detail::check_same_device(p, *t, op, name);
-    TG_CHECK(t->sizes() == p.sizes(), op, "argument '", name, "' has shape ",
-             shape_str(t->sizes()), ", expected the parameter's ", shape_str(p.sizes()));
+    TG_CHECK(t->sizes() == p.sizes(), op, "argument '", name, "' has shape ", shape_str(t->sizes()),
+             ", expected the parameter's ", shape_str(p.sizes()));
   }
   for (auto [t, name] :
        {std::pair<const Tensor*, const char*>{&p, "param"}, {&m, "exp_avg"}, {&v, "exp_avg_sq"}}) {

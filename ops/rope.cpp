@@ -34,13 +34,19 @@ void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos
 Tensor rope(const Tensor& x, const RopeOptions& opts) {
   detail::check_defined(x, "rope", "x");
   detail::check_floating(x, "rope", "x");
-  TG_CHECK(x.dim() >= 2, "rope", "argument 'x' must have at least 2 dims (positions, features), "
-           "got shape ", shape_str(x.sizes()));
-  TG_CHECK(x.sizes().back() % 2 == 0, "rope", "argument 'x' must have an even last dim (pairs), "
-           "got ", x.sizes().back());
+  TG_CHECK(x.dim() >= 2, "rope",
+           "argument 'x' must have at least 2 dims (positions, features), "
+           "got shape ",
+           shape_str(x.sizes()));
+  TG_CHECK(x.sizes().back() % 2 == 0, "rope",
+           "argument 'x' must have an even last dim (pairs), "
+           "got ",
+           x.sizes().back());
   const int64_t seq = opts.seq_dim < 0 ? opts.seq_dim + x.dim() : opts.seq_dim;
-  TG_CHECK(seq >= 0 && seq < x.dim() - 1, "rope", "argument 'seq_dim' must name a dim before the "
-           "last of a ", x.dim(), "-d tensor, got ", opts.seq_dim);
+  TG_CHECK(seq >= 0 && seq < x.dim() - 1, "rope",
+           "argument 'seq_dim' must name a dim before the "
+           "last of a ",
+           x.dim(), "-d tensor, got ", opts.seq_dim);
   TG_CHECK(opts.offset >= 0, "rope", "argument 'offset' must be >= 0, got ", opts.offset);
   TG_CHECK(opts.theta > 0 && std::isfinite(opts.theta), "rope",
            "argument 'theta' must be a positive finite number, got ", opts.theta);

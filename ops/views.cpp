@@ -230,7 +230,8 @@ Tensor Tensor::to(Device d) const {
 
 namespace detail {
 Tensor readable(const Tensor& t, DType dtype) {
-  TG_CHECK(t.defined(), "to_vector", "the tensor is undefined (e.g. the grad() of a tensor that "
+  TG_CHECK(t.defined(), "to_vector",
+           "the tensor is undefined (e.g. the grad() of a tensor that "
            "received no gradient)");
   NoGradGuard ng;
   return t.detach().to(kCPU).to(dtype).contiguous();

@@ -74,8 +74,11 @@ TEST_CASE("rope and rms_norm: bad input") {
   o.seq_dim = -1;
   tgtest::check_throws_with_prefix([&] { rope(rnd({2, 4}), o); }, "[rope]", "seq_dim");
   tgtest::check_throws_with_prefix([] { rope(zeros({2, 4}, kInt64)); }, "[rope]", "");
-  tgtest::check_throws_with_prefix([] { rms_norm(rnd({2, 4}), rnd({3})); }, "[rms_norm]",
-                                   "'weight' must have shape [4]");
+  tgtest::check_throws_with_prefix(
+      [] {
+        rms_norm(rnd({2, 4}), rnd({3}));
+      },
+      "[rms_norm]", "'weight' must have shape [4]");
   tgtest::check_throws_with_prefix([] { rms_norm(rnd({2, 4}), ones({4})); }, "[rms_norm]", "");
 }
 
@@ -93,7 +96,8 @@ TEST_CASE("rms_norm: values and gradcheck with broadcast and strided input") {
   }
   Fn f = [](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); };
   CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({2, 3, 5}, 3)), leaf(rnd({5}, 4))}));
-  CHECK_GRADCHECK(f, (std::vector<Tensor>{leaf(rnd({5, 4}, 5)).transpose(0, 1), leaf(rnd({5}, 6))}));
+  CHECK_GRADCHECK(f,
+                  (std::vector<Tensor>{leaf(rnd({5, 4}, 5)).transpose(0, 1), leaf(rnd({5}, 6))}));
   Fn g = [](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor()); };
   CHECK_GRADCHECK(g, std::vector<Tensor>{leaf(rnd({3, 4}, 7))});
 }
@@ -140,8 +144,7 @@ TEST_CASE("modules: names, counts, modes, moves") {
   CHECK(named[1].first == "blocks.0.attn_norm.weight");
   CHECK(named[2].first == "blocks.0.attn.wq.weight");
   CHECK(named.back().first == "head.weight");
-  int64_t want = 11 * 8 + 8 + 11 * 8 +
-                 2 * (8 + 8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 8 + 3 * 8 * 12);
+  int64_t want = 11 * 8 + 8 + 11 * 8 + 2 * (8 + 8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 8 + 3 * 8 * 12);
   CHECK(model.parameter_count() == want);
   for (auto& [name, p] : named) {
     CHECK(p.requires_grad());
@@ -174,8 +177,11 @@ TEST_CASE("transformer config and forward: bad input") {
   tgtest::check_throws_with_prefix([&] { c.validate(); }, "[TransformerConfig]", "'layers'");
   nn::Transformer model(tiny_config(), 0);
   tgtest::check_throws_with_prefix([&] { model.forward(zeros({2, 3})); }, "[Transformer]", "int64");
-  tgtest::check_throws_with_prefix([&] { model.forward(full({1, 3}, 11, kInt64)); }, "[embedding]",
-                                   "[0, 11)");
+  tgtest::check_throws_with_prefix(
+      [&] {
+        model.forward(full({1, 3}, 11, kInt64));
+      },
+      "[embedding]", "[0, 11)");
 }
 
 TEST_CASE("AdamW: two steps against the update written out by hand") {
@@ -280,7 +286,8 @@ TEST_CASE("tasks: fixed lengths, correct answers, targets only on the answer, pu
     CHECK(nn::task_batch(*task, 4, 9, 17).inputs.to_vector<int64_t>() == in);
     CHECK(nn::task_batch(*task, 4, 9, 18).inputs.to_vector<int64_t>() != in);
   }
-  tgtest::check_throws_with_prefix([] { nn::make_task("copy", 4); }, "[task]", "unknown task 'copy'");
+  tgtest::check_throws_with_prefix([] { nn::make_task("copy", 4); }, "[task]",
+                                   "unknown task 'copy'");
   tgtest::check_throws_with_prefix([] { nn::make_task("sort", 0); }, "[task]", "'size'");
   CHECK(nn::ByteTokenizer::decode(nn::ByteTokenizer::encode("h\xc3\xa9!")) == "h\xc3\xa9!");
 }

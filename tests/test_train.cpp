@@ -96,7 +96,8 @@ TEST_CASE("checkpoints: bitwise round trip of model and optimizer") {
   CHECK(nn::load_module((dir / "m.safetensors").string(), b).at("note") == "x");
   nn::load_optimizer((dir / "o.safetensors").string(), ob);
   auto pa = a.parameters(), pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].to_vector<float>() == pb[i].to_vector<float>());
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i].to_vector<float>() == pb[i].to_vector<float>());
   auto sa = oa.state(), sb = ob.state();
   for (size_t i = 0; i < sa.size(); ++i) {
     CHECK(sa[i].second.to_vector<float>() == sb[i].second.to_vector<float>());

@@ -35,8 +35,8 @@ void blas_gemm(bool ra, bool rb, const float* a, const float* b, float* c, int64
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
               static_cast<blasint>(ldc));
 }
-void blas_gemm(bool ra, bool rb, const double* a, const double* b, double* c, int64_t m,
-               int64_t k, int64_t n, int64_t lda, int64_t ldb, int64_t ldc) {
+void blas_gemm(bool ra, bool rb, const double* a, const double* b, double* c, int64_t m, int64_t k,
+               int64_t n, int64_t lda, int64_t ldb, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ra ? CblasNoTrans : CblasTrans, rb ? CblasNoTrans : CblasTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c,
