@@ -44,12 +44,18 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
   }
   EvalScope scope(model);
   std::vector<int64_t> seq = prompt, out;
+  KVCache cache;
+  std::vector<int64_t> feed = prompt;  // tokens the cache has not seen yet
   for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
-    const int64_t n = static_cast<int64_t>(seq.size());
-    const int64_t from = opts.context > 0 ? std::max<int64_t>(0, n - opts.context) : 0;
-    std::vector<int64_t> window(seq.begin() + from, seq.end());
-    Tensor logits = model.forward(from_vector(window, {1, n - from}));
-    std::vector<double> z = logits.slice(1, n - from - 1, n - from).to_vector<double>();
+    if (opts.context > 0 && cache.length() + static_cast<int64_t>(feed.size()) > opts.context) {
+      // Past the context: start again from the last `context` tokens at position 0.
+      cache = KVCache();
+      feed.assign(seq.end() - std::min<int64_t>(opts.context, static_cast<int64_t>(seq.size())),
+                  seq.end());
+    }
+    const int64_t n = static_cast<int64_t>(feed.size());
+    Tensor logits = model.forward(from_vector(feed, {1, n}), cache);
+    std::vector<double> z = logits.slice(1, n - 1, n).to_vector<double>();
     int64_t next = 0;
     if (opts.temperature == 0) {
       next = std::max_element(z.begin(), z.end()) - z.begin();
@@ -78,6 +84,7 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
     }
     seq.push_back(next);
     out.push_back(next);
+    feed.assign(1, next);
   }
   return out;
 }
@@ -86,14 +93,14 @@ Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t st
   TG_CHECK(prompts.defined() && prompts.dim() == 2 && prompts.dtype() == kInt64, "greedy_decode",
            "argument 'prompts' must be int64 (batch, len)");
   EvalScope scope(model);
-  Tensor seq = prompts;
+  KVCache cache;
+  Tensor next = prompts;  // the first call reads the whole prompt, later ones one token
   std::vector<Tensor> picked;
   for (int64_t s = 0; s < steps; ++s) {
-    Tensor logits = model.forward(seq);
-    const int64_t t = seq.size(1);
-    Tensor next = argmax(logits.slice(1, t - 1, t), -1);  // (B, 1)
+    Tensor logits = model.forward(next, cache);
+    const int64_t t = logits.size(1);
+    next = argmax(logits.slice(1, t - 1, t), -1);  // (B, 1)
     picked.push_back(next);
-    seq = cat({seq, next}, 1);
   }
   return steps ? cat(picked, 1) : zeros({prompts.size(0), 0}, kInt64);
 }

@@ -1,6 +1,6 @@
 // Decoding from a Transformer: sampling with temperature and top-k, greedy batch decoding,
-// and exact-match evaluation on a task. Each new token reruns the model on the whole prefix
-// (no key/value cache yet), which is fine at the lengths of the built-in tasks.
+// and exact-match evaluation on a task. Decoding keeps a key/value cache: the prompt runs
+// once, then each new token runs alone against the cached keys and values.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/elementwise.h"
+#include "ops/join.h"
 #include "ops/linalg.h"
 #include "ops/nn.h"
 #include "ops/rope.h"
@@ -54,23 +55,35 @@ Attention::Attention(const TransformerConfig& cfg, Generator& gen) : cfg_(cfg) {
       "wo", std::make_shared<Linear>(cfg.heads * dh, d, false, gen, out_std, cfg.dtype));
 }
 
-Tensor Attention::forward(const Tensor& x, Generator& dropout) const {
+Tensor Attention::forward(const Tensor& x, Generator& dropout, LayerCache* cache) const {
   TG_CHECK(x.dim() == 3 && x.size(2) == cfg_.d_model, "Attention",
            "argument 'x' must be (batch, seq, ", cfg_.d_model, "), got ", shape_str(x.sizes()));
   const int64_t b = x.size(0), s = x.size(1), dh = cfg_.head_dim();
   RopeOptions ro;
   ro.theta = cfg_.rope_theta;
   ro.seq_dim = 1;  // (B, S, H, D)
+  ro.offset = cache ? cache->length() : 0;
   // Heads are split as (B, S, H, D) views and handed to sdpa as (B, H, S, D) strided views.
   Tensor q = rope(wq_->forward(x).view({b, s, cfg_.heads, dh}), ro).transpose(1, 2);
   Tensor k = rope(wk_->forward(x).view({b, s, cfg_.kv_heads, dh}), ro).transpose(1, 2);
   Tensor v = wv_->forward(x).view({b, s, cfg_.kv_heads, dh}).transpose(1, 2);
   SdpaOptions so;
   so.causal = true;
-  if (is_training() && cfg_.attn_dropout > 0) {
+  if (cache) {
+    TG_CHECK(cache->length() == 0 || cache->k.size(0) == b, "Attention", "the cache holds batch ",
+             cache->length() ? cache->k.size(0) : 0, ", x has batch ", b);
+    if (cache->length()) {
+      k = cat({cache->k, k}, 2);
+      v = cat({cache->v, v}, 2);
+    }
+    cache->k = k.detach();
+    cache->v = v.detach();
+    so.causal_align = CausalAlign::BottomRight;  // the new queries are the last positions
+  }
+  if (is_training() && cfg_.attn_dropout > 0 && !cache) {  // decoding: no dropout
     so.dropout_p = cfg_.attn_dropout;
     so.seed = dropout.seed;
-    so.offset = dropout.take(static_cast<uint64_t>(b * cfg_.heads * s * s));
+    so.offset = dropout.take(static_cast<uint64_t>(b * cfg_.heads * s * k.size(2)));
   }
   Tensor o = sdpa(q, k, v, so).out;  // (B, Hq, S, Dh)
   return wo_->forward(o.transpose(1, 2).reshape({b, s, cfg_.heads * dh}));
@@ -100,8 +113,8 @@ Block::Block(const TransformerConfig& cfg, Generator& gen) {
       "mlp", std::make_shared<MLP>(cfg.d_model, cfg.ffn_size(), gen, out_std, cfg.dtype));
 }
 
-Tensor Block::forward(const Tensor& x, Generator& dropout) const {
-  Tensor h = add(x, attn_->forward(attn_norm_->forward(x), dropout));
+Tensor Block::forward(const Tensor& x, Generator& dropout, LayerCache* cache) const {
+  Tensor h = add(x, attn_->forward(attn_norm_->forward(x), dropout, cache));
   return add(h, mlp_->forward(mlp_norm_->forward(h)));
 }
 
@@ -121,11 +134,17 @@ Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg
   }
 }
 
-Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
+namespace {
+void check_ids(const Tensor& ids) {
   TG_CHECK(ids.defined() && ids.dim() == 2 && ids.dtype() == kInt64, "Transformer",
            "argument 'ids' must be int64 (batch, seq), got ",
            ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
                          : std::string("(undefined)"));
+}
+}  // namespace
+
+Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
+  check_ids(ids);
   Tensor h = embed_->forward(ids);
   for (const auto& block : blocks_) h = block->forward(h, dropout);
   h = norm_->forward(h);
@@ -133,6 +152,18 @@ Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
 }
 
 Tensor Transformer::forward(const Tensor& ids) const { return forward(ids, default_generator()); }
+
+Tensor Transformer::forward(const Tensor& ids, KVCache& cache) const {
+  check_ids(ids);
+  if (cache.layers.empty()) cache.layers.resize(blocks_.size());
+  TG_CHECK(cache.layers.size() == blocks_.size(), "Transformer", "the cache has ",
+           cache.layers.size(), " layers, the model ", blocks_.size());
+  Generator unused{0, 0};  // attention runs without dropout on the cached path
+  Tensor h = embed_->forward(ids);
+  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, unused, &cache.layers[i]);
+  h = norm_->forward(h);
+  return head_ ? head_->forward(h) : matmul(h, embed_->weight.transpose(0, 1));
+}
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets) {
   const int64_t v = logits.sizes().back();

@@ -29,13 +29,22 @@ struct TransformerConfig {
   void validate() const;
 };
 
+// The keys and values one attention layer has seen, (B, Hk, T, Dh) each (after RoPE), for
+// decoding one token at a time without recomputing the prefix.
+struct LayerCache {
+  Tensor k, v;
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
+
 // Grouped-query self-attention: Hq query heads share Hk key/value heads.
 class Attention : public Module {
  public:
   Attention(const TransformerConfig& cfg, Generator& gen);
   // x (B, S, d_model) -> (B, S, d_model); causal. `dropout` draws the attention dropout
-  // stream (used only in training mode with attn_dropout > 0).
-  Tensor forward(const Tensor& x, Generator& dropout) const;
+  // stream (used only in training mode with attn_dropout > 0). With a cache, x's tokens
+  // follow the cached ones: RoPE positions start at the cache length, the new keys and
+  // values are appended, the causal mask is aligned bottom-right, and there is no dropout.
+  Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
 
  private:
   TransformerConfig cfg_;
@@ -56,12 +65,18 @@ class MLP : public Module {
 class Block : public Module {
  public:
   Block(const TransformerConfig& cfg, Generator& gen);
-  Tensor forward(const Tensor& x, Generator& dropout) const;
+  Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
 
  private:
   std::shared_ptr<RMSNorm> attn_norm_, mlp_norm_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<MLP> mlp_;
+};
+
+// One LayerCache per block.
+struct KVCache {
+  std::vector<LayerCache> layers;
+  int64_t length() const { return layers.empty() ? 0 : layers.front().length(); }
 };
 
 class Transformer : public Module {
@@ -71,6 +86,9 @@ class Transformer : public Module {
   // ids (B, S) int64 -> logits (B, S, vocab).
   Tensor forward(const Tensor& ids, Generator& dropout) const;
   Tensor forward(const Tensor& ids) const;  // dropout from default_generator()
+  // Incremental decoding: ids (B, s) continue the tokens in `cache` (empty at first); returns
+  // their logits and appends their keys and values. Runs without dropout.
+  Tensor forward(const Tensor& ids, KVCache& cache) const;
   const TransformerConfig& config() const { return cfg_; }
 
  private:

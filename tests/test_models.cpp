@@ -374,3 +374,23 @@ TEST_CASE("kernel profiling counts kernels by kind while on") {
   reset_kernel_profile();
   CHECK(kernel_profile().empty());
 }
+
+TEST_CASE("key/value cache: incremental logits equal the full forward's") {
+  for (bool tie : {false, true}) {
+    nn::TransformerConfig c = tiny_config();
+    c.tie_weights = tie;
+    c.attn_dropout = 0.5;  // the cached path never drops
+    nn::Transformer model(c, 5);
+    model.eval();
+    Tensor ids = from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, {2, 6});
+    Tensor full = model.forward(ids);
+    nn::KVCache cache;
+    std::vector<Tensor> parts = {model.forward(ids.slice(1, 0, 3), cache)};  // a 3-token prompt
+    CHECK(cache.length() == 3);
+    for (int64_t t = 3; t < 6; ++t) parts.push_back(model.forward(ids.slice(1, t, t + 1), cache));
+    CHECK(cache.length() == 6);
+    tgtest::check_close(cat(parts, 1).to_vector<double>(), full.to_vector<double>(), 1e-12);
+    tgtest::check_throws_with_prefix(
+        [&] { model.forward(ids.slice(0, 0, 1).slice(1, 0, 1), cache); }, "[Attention]", "batch");
+  }
+}
