@@ -110,6 +110,10 @@ struct Backend {
   // along seq_dim) is rotated by the angle whose cos and sin are tables (S, D/2) [t, i].
   virtual void rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                     const View& out) = 0;
+  // SwiGLU on a contiguous x (rows, 2F): out (rows, F) = silu(x[:, :F]) * x[:, F:].
+  virtual void swiglu_forward(const View& x, const View& out) = 0;
+  // dx (rows, 2F) from dout (rows, F): [dout * up * silu'(gate), dout * silu(gate)].
+  virtual void swiglu_backward(const View& dout, const View& x, const View& dx) = 0;
   // AdamW on contiguous p, g, m, v of one floating dtype, in place.
   virtual void adamw_step(const View& p, const View& g, const View& m, const View& v,
                           const AdamWStep& s) = 0;

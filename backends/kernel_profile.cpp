@@ -112,6 +112,14 @@ struct ProfilingBackend final : Backend {
     Timed t("rope");
     b.rope(x, c, s, dim, o);
   }
+  void swiglu_forward(const View& x, const View& o) override {
+    Timed t("swiglu");
+    b.swiglu_forward(x, o);
+  }
+  void swiglu_backward(const View& d, const View& x, const View& dx) override {
+    Timed t("swiglu");
+    b.swiglu_backward(d, x, dx);
+  }
   void adamw_step(const View& p, const View& g, const View& m, const View& v,
                   const AdamWStep& s) override {
     Timed t("optimizer");

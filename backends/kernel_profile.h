@@ -18,8 +18,8 @@ struct KernelTime {
 };
 
 // Kinds: matmul, sdpa, elementwise (unary, binary, where, fill, arange), reduce, copy,
-// random (rand, dropout), rows (gather, scatter-add), norm (RMSNorm), rope, optimizer
-// (fused AdamW), transfer (host <-> device).
+// random (rand, dropout), rows (gather, scatter-add), norm (RMSNorm), rope, swiglu,
+// optimizer (fused AdamW), transfer (host <-> device).
 void set_kernel_profiling(bool on);
 bool kernel_profiling();
 std::map<std::string, KernelTime> kernel_profile();

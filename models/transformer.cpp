@@ -45,12 +45,8 @@ void TransformerConfig::validate() const {
 Attention::Attention(const TransformerConfig& cfg, Generator& gen) : cfg_(cfg) {
   const int64_t d = cfg.d_model, dh = cfg.head_dim();
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(cfg.layers));
-  wq_ = register_module(
-      "wq", std::make_shared<Linear>(d, cfg.heads * dh, false, gen, kInitStd, cfg.dtype));
-  wk_ = register_module(
-      "wk", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen, kInitStd, cfg.dtype));
-  wv_ = register_module(
-      "wv", std::make_shared<Linear>(d, cfg.kv_heads * dh, false, gen, kInitStd, cfg.dtype));
+  wqkv_ = register_module("wqkv", std::make_shared<Linear>(d, (cfg.heads + 2 * cfg.kv_heads) * dh,
+                                                           false, gen, kInitStd, cfg.dtype));
   wo_ = register_module(
       "wo", std::make_shared<Linear>(cfg.heads * dh, d, false, gen, out_std, cfg.dtype));
 }
@@ -63,10 +59,13 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, LayerCache* cache
   ro.theta = cfg_.rope_theta;
   ro.seq_dim = 1;  // (B, S, H, D)
   ro.offset = cache ? cache->length() : 0;
-  // Heads are split as (B, S, H, D) views and handed to sdpa as (B, H, S, D) strided views.
-  Tensor q = rope(wq_->forward(x).view({b, s, cfg_.heads, dh}), ro).transpose(1, 2);
-  Tensor k = rope(wk_->forward(x).view({b, s, cfg_.kv_heads, dh}), ro).transpose(1, 2);
-  Tensor v = wv_->forward(x).view({b, s, cfg_.kv_heads, dh}).transpose(1, 2);
+  // Heads are split as (B, S, H, D) views of the packed projection and handed to sdpa as
+  // (B, H, S, D) strided views.
+  const int64_t hq = cfg_.heads, hk = cfg_.kv_heads;
+  Tensor qkv = wqkv_->forward(x).view({b, s, hq + 2 * hk, dh});
+  Tensor q = rope(qkv.slice(2, 0, hq), ro).transpose(1, 2);
+  Tensor k = rope(qkv.slice(2, hq, hq + hk), ro).transpose(1, 2);
+  Tensor v = qkv.slice(2, hq + hk, hq + 2 * hk).transpose(1, 2);
   SdpaOptions so;
   so.causal = true;
   if (cache) {
@@ -90,17 +89,13 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, LayerCache* cache
 }
 
 MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {
-  w1_ =
-      register_module("w1", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
+  w13_ = register_module(
+      "w13", std::make_shared<Linear>(d_model, 2 * hidden, false, gen, kInitStd, dtype));
   w2_ =
       register_module("w2", std::make_shared<Linear>(hidden, d_model, false, gen, out_std, dtype));
-  w3_ =
-      register_module("w3", std::make_shared<Linear>(d_model, hidden, false, gen, kInitStd, dtype));
 }
 
-Tensor MLP::forward(const Tensor& x) const {
-  return w2_->forward(mul(silu(w1_->forward(x)), w3_->forward(x)));
-}
+Tensor MLP::forward(const Tensor& x) const { return w2_->forward(swiglu(w13_->forward(x))); }
 
 Block::Block(const TransformerConfig& cfg, Generator& gen) {
   attn_norm_ =

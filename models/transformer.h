@@ -36,7 +36,9 @@ struct LayerCache {
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 
-// Grouped-query self-attention: Hq query heads share Hk key/value heads.
+// Grouped-query self-attention: Hq query heads share Hk key/value heads. The three input
+// projections are one Linear (wqkv: d_model -> (Hq + 2 Hk) Dh, rows q then k then v): one
+// wide GEMM instead of three, two of them only Hk Dh wide.
 class Attention : public Module {
  public:
   Attention(const TransformerConfig& cfg, Generator& gen);
@@ -48,17 +50,18 @@ class Attention : public Module {
 
  private:
   TransformerConfig cfg_;
-  std::shared_ptr<Linear> wq_, wk_, wv_, wo_;
+  std::shared_ptr<Linear> wqkv_, wo_;
 };
 
-// SwiGLU: w2(silu(w1 x) * w3 x).
+// SwiGLU: w2(silu(w1 x) * w3 x), with w1 and w3 packed into one Linear (w13: d_model ->
+// 2 hidden, gate rows then up rows) and the product done by the fused tg::swiglu.
 class MLP : public Module {
  public:
   MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype);
   Tensor forward(const Tensor& x) const;
 
  private:
-  std::shared_ptr<Linear> w1_, w2_, w3_;
+  std::shared_ptr<Linear> w13_, w2_;
 };
 
 // Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x)).

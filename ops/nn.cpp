@@ -72,6 +72,38 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   return y;
 }
 
+Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
+  Tensor g = grad.contiguous();
+  Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
+  if (x.numel()) {
+    detail::backend_of(x).swiglu_backward(detail::view_of(g), detail::view_of(x),
+                                          detail::view_of(dx));
+  }
+  return dx;
+}
+
+Tensor swiglu(const Tensor& x) {
+  detail::check_defined(x, "swiglu", "x");
+  detail::check_floating(x, "swiglu", "x");
+  TG_CHECK(x.dim() >= 1 && x.sizes().back() % 2 == 0, "swiglu",
+           "argument 'x' must end in an even dim (gate and up halves), got shape ",
+           shape_str(x.sizes()));
+  Shape out_shape = x.sizes();
+  out_shape.back() /= 2;
+  Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty_like_shape(out_shape, x.dtype(), x.device());
+  if (out.numel()) {
+    detail::backend_of(x).swiglu_forward(detail::view_of(xc), detail::view_of(out));
+  }
+  if (any_requires_grad({x})) {
+    SavedTensor sx(xc);
+    record("swiglu", {x}, {&out}, [sx](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{swiglu_backward(g[0], sx.unpack("swiglu"))};
+    });
+  }
+  return out;
+}
+
 namespace {
 void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const char* arg) {
   if (ids.numel() == 0) return;

@@ -19,6 +19,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                       const Tensor& rstd);
 
+// SwiGLU on the packed projections x (..., 2F) = [gate, up]: silu(gate) * up, (..., F).
+// Forward and backward are one fused pass each; the backward is not itself differentiable.
+Tensor swiglu(const Tensor& x);
+// The fused gradient: dx (..., 2F) from dout (..., F) and the forward's contiguous x.
+Tensor swiglu_backward(const Tensor& grad, const Tensor& x);
+
 // Rows of weight (R, D) picked by int64 ids of any shape: ids.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Gradient of embedding w.r.t. weight: grad (ids.shape + [D]) scatter-added into (R, D).

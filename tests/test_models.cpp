@@ -102,6 +102,18 @@ TEST_CASE("rms_norm: values and gradcheck with broadcast and strided input") {
   CHECK_GRADCHECK(g, std::vector<Tensor>{leaf(rnd({3, 4}, 7))});
 }
 
+TEST_CASE("swiglu: values against silu(gate) * up, gradcheck, errors") {
+  Tensor x = rnd({2, 3, 8}, 12, -4, 4);
+  Tensor want = mul(silu(x.slice(2, 0, 4)), x.slice(2, 4, 8));
+  tgtest::check_close(swiglu(x).to_vector<double>(), want.to_vector<double>(), 1e-14);
+  tgtest::check_close(swiglu(x.to(kFloat32)).to_vector<double>(), want.to_vector<double>(), 1e-6);
+  Fn f = [](const std::vector<Tensor>& in) { return swiglu(in[0]); };
+  CHECK_GRADCHECK(f, std::vector<Tensor>{leaf(rnd({3, 6}, 13, -3, 3))});
+  CHECK_GRADCHECK(f, std::vector<Tensor>{leaf(rnd({6, 2, 3}, 14, -3, 3)).transpose(0, 2)});
+  tgtest::check_throws_with_prefix([] { swiglu(rnd({2, 5})); }, "[swiglu]", "even dim");
+  tgtest::check_throws_with_prefix([] { swiglu(zeros({2, 4}, kInt64)); }, "[swiglu]", "");
+}
+
 TEST_CASE("SwiGLU MLP: gradcheck through its input and weights") {
   Generator gen{3, 0};
   nn::MLP mlp(4, 6, gen, 0.5, kFloat64);
@@ -139,10 +151,12 @@ TEST_CASE("modules: names, counts, modes, moves") {
   nn::TransformerConfig c = tiny_config();
   nn::Transformer model(c, 1);
   nn::NamedTensors named = model.named_parameters();
-  REQUIRE(named.size() == 1 + 2 * 9 + 1 + 1);
+  REQUIRE(named.size() == 1 + 2 * 6 + 1 + 1);
   CHECK(named.front().first == "embed.weight");
   CHECK(named[1].first == "blocks.0.attn_norm.weight");
-  CHECK(named[2].first == "blocks.0.attn.wq.weight");
+  CHECK(named[2].first == "blocks.0.attn.wqkv.weight");
+  CHECK(named[2].second.sizes() == Shape{(2 + 2 * 1) * 4, 8});
+  CHECK(named[5].first == "blocks.0.mlp.w13.weight");
   CHECK(named.back().first == "head.weight");
   int64_t want = 11 * 8 + 8 + 11 * 8 + 2 * (8 + 8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 8 + 3 * 8 * 12);
   CHECK(model.parameter_count() == want);

@@ -28,6 +28,8 @@ struct CpuBackend final : Backend {
                          const View& dx, const View& dw) override;
   void rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
             const View& out) override;
+  void swiglu_forward(const View& x, const View& out) override;
+  void swiglu_backward(const View& dout, const View& x, const View& dx) override;
   void adamw_step(const View& p, const View& g, const View& m, const View& v,
                   const AdamWStep& s) override;
   void to_host(const void* src, void* dst, size_t bytes) override;

@@ -1,8 +1,10 @@
-// Fused kernels of the transformer's own ops: RMSNorm forward and backward, RoPE, AdamW.
+// Fused kernels of the transformer's own ops: RMSNorm forward and backward, RoPE, SwiGLU,
+// AdamW.
 // Each replaces a chain of elementwise passes by one pass over memory.
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/scalar_ops.h"
 
 namespace tg::cpu {
 
@@ -109,6 +111,45 @@ void CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
         const T e = xr[2 * i], od = xr[2 * i + 1];
         o[2 * i] = e * c[i] - od * s[i];
         o[2 * i + 1] = e * s[i] + od * c[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu_forward(const View& x, const View& out) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t f = out.sizes.back(), rows = f ? out.numel() / f : 0;
+    const T* xp = static_cast<const T*>(x.data);
+    T* op = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (rows * f > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gate = xp + r * 2 * f;
+      const T* up = gate + f;
+      T* o = op + r * f;
+      for (int64_t c = 0; c < f; ++c) o[c] = gate[c] * scalar::sigmoid(gate[c]) * up[c];
+    }
+  });
+}
+
+void CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t f = dout.sizes.back(), rows = f ? dout.numel() / f : 0;
+    const T* gp = static_cast<const T*>(dout.data);
+    const T* xp = static_cast<const T*>(x.data);
+    T* dp = static_cast<T*>(dx.data);
+#pragma omp parallel for schedule(static) if (rows * f > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gate = xp + r * 2 * f;
+      const T* up = gate + f;
+      const T* g = gp + r * f;
+      T* dgate = dp + r * 2 * f;
+      T* dup = dgate + f;
+      for (int64_t c = 0; c < f; ++c) {
+        const T a = gate[c], s = scalar::sigmoid(a), silu = a * s;
+        dgate[c] = g[c] * up[c] * (s + silu * (T(1) - s));  // silu' = s (1 + a (1 - s))
+        dup[c] = g[c] * silu;
       }
     }
   });
