@@ -26,11 +26,11 @@ struct Args {
   std::string task = "reverse";
   int64_t task_size = 8;
   std::string text;  // a text file instead of a task
-  int64_t layers = 2, d_model = 64, heads = 4, kv_heads = 2, ffn = 0;
+  int64_t layers = 3, d_model = 64, heads = 4, kv_heads = 2, ffn = 0;
   double dropout = 0.0;
   int64_t steps = 1500, batch = 64, seq_len = 64;
   double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.01, clip = 1.0;
-  int64_t warmup = 50;
+  int64_t warmup = 200;
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string out = "runs/train";
