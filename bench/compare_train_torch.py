@@ -14,11 +14,12 @@ PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from bench_util import median_ms
 
 VOCAB, D, LAYERS, HQ, HK, FFN, B, S = 256, 256, 4, 8, 2, 768, 16, 128
 DH = D // HQ
@@ -98,15 +99,8 @@ def torch_step_ms(steps, device):
         opt.step()
         loss.item()
 
-    step()
-    step()
-    times = []
-    for _ in range(steps):
-        a = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - a) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    step()  # median_ms warms up once more
+    return median_ms(step, steps)
 
 
 def main():

@@ -54,12 +54,13 @@ void map2(const View& a, const View& b, const View& out, F f) {
 
 // Instantiates `fn` with the op as a compile-time constant so the switch in the scalar
 // functor folds away inside the loop.
-#define TG_UNARY_CASES(X)                                                                \
-  X(Neg)                                                                                 \
-  X(Exp)                                                                                 \
-  X(Log)                                                                                 \
-  X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(SiluGrad) \
-      X(GeluGrad) X(Pow)
+#define TG_UNARY_CASES(X)                                                                    \
+  X(Neg)                                                                                     \
+  X(Exp)                                                                                     \
+  X(Log)                                                                                     \
+  X(Sqrt)                                                                                    \
+  X(Rsqrt) X(Abs) X(Sign) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(SiluGrad) X(GeluGrad) \
+      X(Pow)
 #define TG_ARITH_CASES(X) X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum)
 #define TG_COMPARE_CASES(X) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)
 

@@ -4,11 +4,8 @@
 // from the same OpenMP pool.
 #include <Eigen/Core>
 
-#ifdef TAPEGRAD_OPENBLAS
-#include <cblas.h>
-#endif
-
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_blas.h"
 #include "core/error.h"
 
 namespace tg::cpu {
@@ -25,24 +22,6 @@ int64_t leading_dim(const View& v) {
   const size_t n = v.sizes.size();
   return gemm_row_major(v) ? v.strides[n - 2] : v.strides[n - 1];
 }
-
-#ifdef TAPEGRAD_OPENBLAS
-// C (row-major) = op(A) op(B); a row-major operand is NoTrans, a column-major one Trans.
-void blas_gemm(bool ra, bool rb, const float* a, const float* b, float* c, int64_t m, int64_t k,
-               int64_t n, int64_t lda, int64_t ldb, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ra ? CblasNoTrans : CblasTrans, rb ? CblasNoTrans : CblasTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
-              static_cast<blasint>(ldc));
-}
-void blas_gemm(bool ra, bool rb, const double* a, const double* b, double* c, int64_t m, int64_t k,
-               int64_t n, int64_t lda, int64_t ldb, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ra ? CblasNoTrans : CblasTrans, rb ? CblasNoTrans : CblasTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c,
-              static_cast<blasint>(ldc));
-}
-#endif
 
 template <class T, int OA, int OB>
 void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, int64_t lda, int64_t ldb,
@@ -81,11 +60,9 @@ void matmul_typed(const View& a, const View& b, const View& c) {
       return;
     }
 #ifdef TAPEGRAD_OPENBLAS
-    // BLAS wants leading dimensions >= 1 even for degenerate matrices.
-    if (lda >= 1 && ldb >= 1 && ldc >= 1) {
-      blas_gemm(ra, rb, ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-      return;
-    }
+    // A row-major operand is NoTrans, a column-major one Trans.
+    blas_gemm(!ra, !rb, m, n, k, ap + ao, lda, bp + bo, ldb, false, cp + co, ldc);
+    return;
 #endif
     if (ra && rb)
       gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);

@@ -3,16 +3,12 @@
 // size Sq x Skv is ever allocated (except the score gradient, when a float mask asks for it).
 #include <Eigen/Core>
 #include <algorithm>
-#include <type_traits>
-
-#ifdef TAPEGRAD_OPENBLAS
-#include <cblas.h>
-#endif
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_blas.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
@@ -62,24 +58,13 @@ ConstMap<T> tile(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows
 
 // C (m x n, row stride ldc) = [C +] op(A) op(B), op transposing when asked; every operand
 // row-major with the given row strides. OpenBLAS when the build has it (its small-matrix
-// kernels run 64-tiles at 1.2-1.7x Eigen's speed here), Eigen otherwise.
+// kernels run two of the three tile products at 1.4-1.6x Eigen's speed here, see
+// bench/bench_gemm_tiles.cpp), Eigen otherwise.
 template <class T>
 void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
                const T* b, int64_t ldb, bool accumulate, T* c, int64_t ldc) {
 #ifdef TAPEGRAD_OPENBLAS
-  const auto trans = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
-  const auto i = [](int64_t v) { return static_cast<blasint>(v); };
-  // BLAS insists on leading dimensions >= 1 even where a dimension is 0.
-  lda = std::max<int64_t>(lda, 1);
-  ldb = std::max<int64_t>(ldb, 1);
-  ldc = std::max<int64_t>(ldc, 1);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, trans(ta), trans(tb), i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb),
-                accumulate ? 1.0f : 0.0f, c, i(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, trans(ta), trans(tb), i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb),
-                accumulate ? 1.0 : 0.0, c, i(ldc));
-  }
+  blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
 #else
   using Stride = Eigen::OuterStride<>;
   ConstMap<T> A(a, ta ? k : m, ta ? m : k, Stride(lda)), B(b, tb ? n : k, tb ? k : n, Stride(ldb));
