@@ -10,27 +10,6 @@
 
 namespace tg::nn {
 
-namespace {
-
-// Runs the model in eval mode (no dropout, no tape) and restores the mode afterwards.
-class EvalScope {
- public:
-  explicit EvalScope(const Transformer& m)
-      : m_(const_cast<Transformer&>(m)), was_(m.is_training()) {
-    m_.eval();
-  }
-  ~EvalScope() { m_.train(was_); }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-
- private:
-  Transformer& m_;
-  bool was_;
-  NoGradGuard no_grad_;
-};
-
-}  // namespace
-
 std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
                             const SampleOptions& opts, Generator& gen) {
   TG_CHECK(!prompt.empty(), "sample", "argument 'prompt' must hold at least one token");
@@ -42,7 +21,7 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
     TG_CHECK(id >= 0 && id < vocab, "sample", "prompt token ", id,
              " is outside the vocabulary [0, ", vocab, ")");
   }
-  EvalScope scope(model);
+  NoGradGuard no_grad;  // the cached forward runs without dropout, whatever the mode
   std::vector<int64_t> seq = prompt, out;
   KVCache cache;
   std::vector<int64_t> feed = prompt;  // tokens the cache has not seen yet
@@ -92,7 +71,7 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
 Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t steps) {
   TG_CHECK(prompts.defined() && prompts.dim() == 2 && prompts.dtype() == kInt64, "greedy_decode",
            "argument 'prompts' must be int64 (batch, len)");
-  EvalScope scope(model);
+  NoGradGuard no_grad;  // the cached forward runs without dropout, whatever the mode
   KVCache cache;
   Tensor next = prompts;  // the first call reads the whole prompt, later ones one token
   std::vector<Tensor> picked;

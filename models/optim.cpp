@@ -1,6 +1,7 @@
 #include "models/optim.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
@@ -112,7 +113,7 @@ double WarmupCosine::operator()(int64_t step) const {
   if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
   const double span = static_cast<double>(std::max<int64_t>(1, total - warmup));
   const double progress = std::min(1.0, static_cast<double>(step - warmup) / span);
-  return min_lr + 0.5 * (peak - min_lr) * (1 + std::cos(M_PI * progress));
+  return min_lr + 0.5 * (peak - min_lr) * (1 + std::cos(std::numbers::pi * progress));
 }
 
 }  // namespace tg::nn
