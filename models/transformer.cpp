@@ -142,8 +142,12 @@ Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
   check_ids(ids);
   Tensor h = embed_->forward(ids);
   for (const auto& block : blocks_) h = block->forward(h, dropout);
-  h = norm_->forward(h);
-  return head_ ? head_->forward(h) : matmul(h, embed_->weight.transpose(0, 1));
+  return logits(h);
+}
+
+Tensor Transformer::logits(const Tensor& h) const {
+  Tensor n = norm_->forward(h);
+  return head_ ? head_->forward(n) : matmul(n, embed_->weight.transpose(0, 1));
 }
 
 Tensor Transformer::forward(const Tensor& ids) const { return forward(ids, default_generator()); }
@@ -156,8 +160,7 @@ Tensor Transformer::forward(const Tensor& ids, KVCache& cache) const {
   Generator unused{0, 0};  // attention runs without dropout on the cached path
   Tensor h = embed_->forward(ids);
   for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, unused, &cache.layers[i]);
-  h = norm_->forward(h);
-  return head_ ? head_->forward(h) : matmul(h, embed_->weight.transpose(0, 1));
+  return logits(h);
 }
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets) {

@@ -95,6 +95,8 @@ class Transformer : public Module {
   const TransformerConfig& config() const { return cfg_; }
 
  private:
+  Tensor logits(const Tensor& h) const;  // final norm, then the LM head (or the tied table)
+
   TransformerConfig cfg_;
   std::shared_ptr<Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;
