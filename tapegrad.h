@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "backends/cuda_api.h"
 #include "backends/kernel_profile.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -11,8 +12,3 @@
 #include "core/tensor.h"
 #include "models/models.h"
 #include "ops/ops.h"
-
-namespace tg {
-// True when this build has CUDA and a device is present.
-bool cuda_is_available();
-}  // namespace tg

@@ -134,7 +134,7 @@ inline bool gemm_col_major(const View& v) {
 }
 
 Backend& cpu_backend();
-Backend& cuda_backend();  // throws "built without CUDA" in CPU-only builds
+Backend& cuda_backend(int device = 0);  // throws "built without CUDA" in CPU-only builds
 Backend& backend_for(Device d);
 
 }  // namespace tg

@@ -15,13 +15,13 @@ std::atomic<int64_t> g_peak_bytes{0};
 
 // 64-byte alignment so vectorized loops and Eigen maps start on a cache line.
 struct CpuAllocator final : Allocator {
-  void* allocate(size_t bytes) override {
+  void* allocate(size_t bytes, Device) override {
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded ? rounded : 64);
     if (!p) fail("alloc", "out of memory allocating ", bytes, " bytes on cpu");
     return p;
   }
-  void deallocate(void* p, size_t) override { std::free(p); }
+  void deallocate(void* p, size_t, Device) override { std::free(p); }
 };
 
 Allocator* g_allocators[2] = {nullptr, nullptr};
@@ -42,7 +42,7 @@ Allocator& allocator_for(Device d) {
 }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  data_ = allocator_for(device).allocate(bytes);
+  data_ = allocator_for(device).allocate(bytes, device);
   g_live_count.fetch_add(1, std::memory_order_relaxed);
   int64_t now = g_live_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
                 static_cast<int64_t>(bytes);
@@ -52,7 +52,7 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 }
 
 Storage::~Storage() {
-  allocator_for(device_).deallocate(data_, bytes_);
+  allocator_for(device_).deallocate(data_, bytes_, device_);
   g_live_count.fetch_sub(1, std::memory_order_relaxed);
   g_live_bytes.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);
 }

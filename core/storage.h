@@ -12,8 +12,8 @@ namespace tg {
 // How a device gets and frees memory. CPU is built in; CUDA registers its own.
 struct Allocator {
   virtual ~Allocator() = default;
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* p, size_t bytes) = 0;
+  virtual void* allocate(size_t bytes, Device device) = 0;
+  virtual void deallocate(void* p, size_t bytes, Device device) = 0;
 };
 void set_allocator(DeviceType type, Allocator* alloc);
 Allocator& allocator_for(Device d);

@@ -18,7 +18,7 @@ Backend& cpu_backend() {
 
 Backend& backend_for(Device d) {
   if (kernel_profiling()) return detail::profiling_backend(d);
-  return d.is_cpu() ? cpu_backend() : cuda_backend();
+  return d.is_cpu() ? cpu_backend() : cuda_backend(d.index);
 }
 
 void set_num_threads(int n) {

@@ -2,6 +2,7 @@
 // defined across the cpu_*.cpp files, one file per kind of kernel.
 #pragma once
 #include "backends/backend.h"
+#include "backends/dispatch.h"
 #include "backends/sdpa_params.h"
 
 namespace tg::cpu {
@@ -35,28 +36,5 @@ struct CpuBackend final : Backend {
   void to_host(const void* src, void* dst, size_t bytes) override;
   void from_host(const void* src, void* dst, size_t bytes) override;
 };
-
-// Calls f(T{}) with T the C++ type of dtype.
-template <class F>
-decltype(auto) dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    case DType::Int64:
-      return f(int64_t{});
-    case DType::Bool:
-      return f(bool{});
-  }
-  return f(float{});
-}
-
-// Calls f(T{}) for the floating dtypes only.
-template <class F>
-decltype(auto) dispatch_float(DType t, F&& f) {
-  if (t == DType::Float64) return f(double{});
-  return f(float{});
-}
 
 }  // namespace tg::cpu

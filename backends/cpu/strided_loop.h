@@ -6,38 +6,9 @@
 #include <array>
 #include <cstdint>
 
-#include "core/shape.h"
+#include "backends/strided_coalesce.h"
 
 namespace tg::cpu {
-
-template <int N>
-struct Loop {
-  Shape sizes;                   // coalesced, innermost last
-  std::array<Shape, N> strides;  // per operand
-  int64_t inner() const { return sizes.empty() ? 1 : sizes.back(); }
-};
-
-template <int N>
-Loop<N> coalesce(const Shape& sizes, const std::array<const Shape*, N>& strides) {
-  Loop<N> l;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 1) continue;
-    bool merge = !l.sizes.empty();
-    for (int k = 0; k < N && merge; ++k) merge = l.strides[k].back() == (*strides[k])[d] * sizes[d];
-    if (merge) {
-      l.sizes.back() *= sizes[d];
-      for (int k = 0; k < N; ++k) l.strides[k].back() = (*strides[k])[d];
-    } else {
-      l.sizes.push_back(sizes[d]);
-      for (int k = 0; k < N; ++k) l.strides[k].push_back((*strides[k])[d]);
-    }
-  }
-  if (l.sizes.empty()) {
-    l.sizes.push_back(1);
-    for (int k = 0; k < N; ++k) l.strides[k].push_back(0);
-  }
-  return l;
-}
 
 // Calls body(len, offs, inner_strides) for runs of the innermost dim; offs are element
 // offsets of each operand at the run's start.

@@ -1,0 +1,86 @@
+// Row gather and its scatter-add (embedding forward and backward). The scatter-add is
+// deterministic without atomics: ids are ranked by (id, position) (a stable counting of
+// smaller keys, O(n^2) comparisons through shared memory, cheap for the token counts of a
+// batch), then one thread per (distinct id, column) adds that id's rows in index order, the
+// same additions in the same order as the CPU's loop, so the results are bitwise equal.
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/dispatch.h"
+
+namespace tg::cuda {
+namespace {
+
+template <class T>
+__global__ void gather_kernel(const T* w, const int64_t* ids, T* out, int64_t n, int64_t d) {
+  TG_GRID_STRIDE(e, n * d) {
+    const int64_t i = e / d, c = e % d;
+    out[e] = w[ids[i] * d + c];
+  }
+}
+
+// order[rank(i)] = i, rank(i) = #{j : (id[j], j) < (id[i], i)}.
+__global__ void rank_kernel(const int64_t* ids, int64_t n, int64_t* order) {
+  __shared__ int64_t tile[kThreads];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t mine = i < n ? ids[i] : 0;
+  int64_t rank = 0;
+  for (int64_t t0 = 0; t0 < n; t0 += kThreads) {
+    if (t0 + threadIdx.x < n) tile[threadIdx.x] = ids[t0 + threadIdx.x];
+    __syncthreads();
+    const int64_t len = n - t0 < kThreads ? n - t0 : kThreads;
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t other = tile[t], j = t0 + t;
+      rank += (other < mine) || (other == mine && j < i);
+    }
+    __syncthreads();
+  }
+  if (i < n) order[rank] = i;
+}
+
+template <class T>
+__global__ void scatter_add_kernel(const T* g, const int64_t* ids, const int64_t* order,
+                                   int64_t n, int64_t d, T* gw) {
+  TG_GRID_STRIDE(e, n * d) {
+    const int64_t p = e / d, c = e % d;
+    const int64_t id = ids[order[p]];
+    if (p > 0 && ids[order[p - 1]] == id) continue;  // not the first of its id's run
+    T acc = gw[id * d + c];
+    for (int64_t q = p; q < n && ids[order[q]] == id; ++q) acc += g[order[q] * d + c];
+    gw[id * d + c] = acc;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::gather_rows(const View& weight, const View& ids, const View& out) {
+  cudaStream_t s = enter(device);
+  const int64_t n = ids.numel(), d = weight.sizes[1];
+  if (!n || !d) return;
+  dispatch(weight.dtype, [&](auto t) {
+    using T = decltype(t);
+    gather_kernel<<<grid_for(n * d), kThreads, 0, s>>>(static_cast<const T*>(weight.data),
+                                                       static_cast<const int64_t*>(ids.data),
+                                                       static_cast<T*>(out.data), n, d);
+  });
+  check_launch("gather_rows kernel");
+}
+
+void CudaBackend::scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) {
+  cudaStream_t s = enter(device);
+  const int64_t n = ids.numel(), d = grad_weight.sizes[1];
+  if (!n || !d) return;
+  Scratch order(n * sizeof(int64_t), device);
+  const auto* id = static_cast<const int64_t*>(ids.data);
+  rank_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      id, n, order.as<int64_t>());
+  check_launch("scatter_add_rows rank kernel");
+  dispatch_float(grad.dtype, [&](auto t) {
+    using T = decltype(t);
+    scatter_add_kernel<<<grid_for(n * d), kThreads, 0, s>>>(
+        static_cast<const T*>(grad.data), id, order.as<int64_t>(), n, d,
+        static_cast<T*>(grad_weight.data));
+  });
+  check_launch("scatter_add_rows kernel");
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,413 @@
+// SDPA on CUDA, the simple exact version: a warp per query row (forward, and the backward's
+// dQ pass) or per key row (the backward's dK/dV pass), keys or queries taken 32 at a time,
+// one per lane, with the online softmax of the forward and P rebuilt from the saved
+// logsumexp in the backward. Every option of DESIGN.md §4 through the same per-element rules
+// as the CPU (sdpa_params.h); nothing of size Sq x Skv is held, no atomics, so the backward
+// is deterministic. The flash-style tiled kernels are the SDPA-on-CUDA issue's; these are
+// the reference they will be checked against, and what trains the model meanwhile.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/scalar_ops.h"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kWarps = 4;         // warps (rows) per block
+constexpr int kMaxHeadDim = 256;  // head dims up to 8 values per lane
+
+template <class T>
+struct Args {
+  const T *q, *k, *v, *o, *dout;
+  int64_t qs[4], ks[4], vs[4], os[4], dos[4];
+  T *out, *stats, *delta, *dq, *dk, *dv, *dscores;
+  int64_t outs[4], dqs[4], dks[4], dvs[4];
+  const void* mask;
+  bool mask_bool;
+  int64_t ms[4];
+  const int64_t *lens_q, *lens_kv;
+  int64_t lqs, lkvs;
+  int64_t B, Hq, Hk, Sq, Skv, Dqk, Dv;
+  T scale, softcap, keep_scale;
+  bool causal, alibi;
+  int64_t shift, window;
+  float dropout_p;
+  uint64_t seed, offset;
+
+  __device__ int64_t len_q(int64_t b) const { return lens_q ? lens_q[b * lqs] : Sq; }
+  __device__ int64_t len_kv(int64_t b) const { return lens_kv ? lens_kv[b * lkvs] : Skv; }
+  __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const uint64_t linear = ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
+    return sdpa_keep(seed, offset, linear, dropout_p);
+  }
+  // The final score of (b, h, i, j) from its scaled dot product: -inf where causal, window,
+  // padding or a boolean mask hide the key; else softcap, ALiBi and the float mask, in the
+  // CPU's order. *t receives tanh(dot / softcap) for the backward's chain rule.
+  __device__ T score(int64_t b, int64_t h, int64_t i, int64_t j, T dot, T slope, int64_t lq,
+                     int64_t lkv, T* t) const {
+    const T ninf = -std::numeric_limits<T>::infinity();
+    const int64_t ia = i + shift;
+    if (i >= lq || j >= lkv || !sdpa_visible(causal, window, ia, j)) return ninf;
+    T s = dot;
+    if (softcap > T(0)) {
+      *t = tanh(s / softcap);
+      s = softcap * *t;
+    }
+    if (alibi) s -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
+    if (mask) {
+      const int64_t off = b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3];
+      if (mask_bool) {
+        if (!static_cast<const bool*>(mask)[off]) return ninf;
+      } else {
+        s += static_cast<const T*>(mask)[off];
+      }
+    }
+    return s;
+  }
+  __device__ T slope_of(int64_t h) const {
+    return alibi ? static_cast<T>(alibi_slope(h, Hq)) : T(0);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <class T>
+__device__ __forceinline__ T warp_max(T v) {
+  for (int o = 16; o > 0; o /= 2) {
+    const T u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+__device__ __forceinline__ int64_t at4(const int64_t* st, int64_t a, int64_t b, int64_t c,
+                                       int64_t d) {
+  return a * st[0] + b * st[1] + c * st[2] + d * st[3];
+}
+
+// Forward: out row and logsumexp of query row (b, h, i). Lane l owns out dims l, l+32, ...
+template <class T, int kPer>
+__global__ void forward_kernel(Args<T> a) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* qs = reinterpret_cast<T*>(smem_raw) + warp * a.Dqk;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (row >= a.B * a.Hq * a.Sq) return;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
+  const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
+  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
+  __syncwarp();
+  const int64_t ia = i + a.shift;
+  int64_t lo = 0, hi = i < lq ? lkv : 0;
+  if (a.causal) hi = min(hi, ia + 1);
+  if (a.window > 0) lo = max(lo, ia - a.window + 1);
+  T m = ninf, l = 0, acc[kPer];
+  for (int c = 0; c < kPer; ++c) acc[c] = 0;
+  for (int64_t j0 = lo; j0 < hi; j0 += 32) {
+    const int64_t j = j0 + lane;
+    T s = ninf, t = 0;
+    if (j < hi) {
+      const T* kr = a.k + at4(a.ks, b, hk, j, 0);
+      T dot = 0;
+      for (int64_t d = 0; d < a.Dqk; ++d) dot += qs[d] * kr[d * a.ks[3]];
+      s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+    }
+    const T m_new = max(m, warp_max(s));
+    if (m_new == ninf) continue;  // nothing visible yet (the same on every lane)
+    const T alpha = scalar::exp_any(m - m_new);
+    const T p = s == ninf ? T(0) : scalar::exp_any(s - m_new);
+    l = l * alpha + warp_sum(p);
+    m = m_new;
+    for (int c = 0; c < kPer; ++c) acc[c] *= alpha;
+    T pd = p;
+    if (a.dropout_p > 0 && p != T(0)) pd = a.keep(b, h, i, j) ? p * a.keep_scale : T(0);
+    const int n = hi - j0 < 32 ? static_cast<int>(hi - j0) : 32;
+    for (int u = 0; u < n; ++u) {
+      const T pj = __shfl_sync(0xffffffffu, pd, u);
+      if (pj == T(0)) continue;
+      const T* vr = a.v + at4(a.vs, b, hk, j0 + u, 0);
+      for (int c = 0; c < kPer; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < a.Dv) acc[c] += pj * vr[d * a.vs[3]];
+      }
+    }
+  }
+  const bool any = l > T(0);
+  const T inv = any ? T(1) / l : T(0);
+  for (int c = 0; c < kPer; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < a.Dv) a.out[at4(a.outs, b, h, i, d)] = acc[c] * inv;
+  }
+  if (lane == 0) a.stats[row] = any ? m + log(l) : ninf;
+}
+
+// Backward, pass 1 (a warp per query row): D = rowsum(dO * O), dQ, and the score gradient.
+template <class T, int kPer>
+__global__ void backward_dq_kernel(Args<T> a) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* qs = reinterpret_cast<T*>(smem_raw) + warp * (a.Dqk + a.Dv);
+  T* dos = qs + a.Dqk;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (row >= a.B * a.Hq * a.Sq) return;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
+  const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
+  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
+  T dsum = 0;
+  for (int64_t d = lane; d < a.Dv; d += 32) {
+    dos[d] = a.dout[at4(a.dos, b, h, i, d)];
+    dsum += dos[d] * a.o[at4(a.os, b, h, i, d)];
+  }
+  const T delta = warp_sum(dsum);
+  if (lane == 0) a.delta[row] = delta;
+  __syncwarp();
+  const T lse = a.stats[row];
+  const int64_t ia = i + a.shift;
+  int64_t lo = 0, hi = i < lq && lse != ninf ? lkv : 0;
+  if (a.causal) hi = min(hi, ia + 1);
+  if (a.window > 0) lo = max(lo, ia - a.window + 1);
+  T acc[kPer];
+  for (int c = 0; c < kPer; ++c) acc[c] = 0;
+  for (int64_t j0 = lo; j0 < hi; j0 += 32) {
+    const int64_t j = j0 + lane;
+    T ds = 0;
+    if (j < hi) {
+      const T* kr = a.k + at4(a.ks, b, hk, j, 0);
+      const T* vr = a.v + at4(a.vs, b, hk, j, 0);
+      T dot = 0, dp = 0, t = 0;
+      for (int64_t d = 0; d < a.Dqk; ++d) dot += qs[d] * kr[d * a.ks[3]];
+      for (int64_t d = 0; d < a.Dv; ++d) dp += dos[d] * vr[d * a.vs[3]];
+      const T s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+      const T p = s == ninf ? T(0) : scalar::exp_any(s - lse);
+      if (a.dropout_p > 0) dp = a.keep(b, h, i, j) ? dp * a.keep_scale : T(0);
+      ds = p * (dp - delta);
+      if (a.dscores) a.dscores[row * a.Skv + j] = ds;
+      if (a.softcap > T(0)) ds *= T(1) - t * t;
+    }
+    const int n = hi - j0 < 32 ? static_cast<int>(hi - j0) : 32;
+    for (int u = 0; u < n; ++u) {
+      const T dsj = __shfl_sync(0xffffffffu, ds, u);
+      if (dsj == T(0)) continue;
+      const T* kr = a.k + at4(a.ks, b, hk, j0 + u, 0);
+      for (int c = 0; c < kPer; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < a.Dqk) acc[c] += dsj * kr[d * a.ks[3]];
+      }
+    }
+  }
+  for (int c = 0; c < kPer; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < a.Dqk) a.dq[at4(a.dqs, b, h, i, d)] = acc[c] * a.scale;
+  }
+}
+
+// Backward, pass 2 (a warp per key row of a key/value head): dK and dV summed over the
+// query heads that share it and the query rows that see it, in a fixed order.
+template <class T, int kPer>
+__global__ void backward_dkv_kernel(Args<T> a) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* ks = reinterpret_cast<T*>(smem_raw) + warp * (a.Dqk + a.Dv);
+  T* vs = ks + a.Dqk;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (row >= a.B * a.Hk * a.Skv) return;
+  const int64_t j = row % a.Skv, hk = (row / a.Skv) % a.Hk, b = row / (a.Skv * a.Hk);
+  const int64_t G = a.Hq / a.Hk, lq = a.len_q(b), lkv = a.len_kv(b);
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, j, d)];
+  for (int64_t d = lane; d < a.Dv; d += 32) vs[d] = a.v[at4(a.vs, b, hk, j, d)];
+  __syncwarp();
+  // Query rows that can see key j: causal needs ia >= j, a window ia < j + window.
+  int64_t i_lo = 0, i_hi = j < lkv ? lq : 0;
+  if (a.causal) i_lo = max(i_lo, j - a.shift);
+  if (a.window > 0) i_hi = min(i_hi, j + a.window - a.shift);
+  T dk[kPer], dv[kPer];
+  for (int c = 0; c < kPer; ++c) dk[c] = dv[c] = 0;
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+    const T slope = a.slope_of(h);
+    for (int64_t i0 = i_lo; i0 < i_hi; i0 += 32) {
+      const int64_t i = i0 + lane;
+      T pd = 0, ds = 0;
+      if (i < i_hi) {
+        const int64_t r = (b * a.Hq + h) * a.Sq + i;
+        const T lse = a.stats[r];
+        const T* qr = a.q + at4(a.qs, b, h, i, 0);
+        const T* dr = a.dout + at4(a.dos, b, h, i, 0);
+        T dot = 0, dp = 0, t = 0;
+        for (int64_t d = 0; d < a.Dqk; ++d) dot += (qr[d * a.qs[3]] * a.scale) * ks[d];
+        for (int64_t d = 0; d < a.Dv; ++d) dp += dr[d * a.dos[3]] * vs[d];
+        const T s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+        const T p = s == ninf || lse == ninf ? T(0) : scalar::exp_any(s - lse);
+        pd = p;
+        if (a.dropout_p > 0) {
+          const bool kept = a.keep(b, h, i, j);
+          pd = kept ? p * a.keep_scale : T(0);
+          dp = kept ? dp * a.keep_scale : T(0);
+        }
+        ds = p * (dp - a.delta[r]);
+        if (a.softcap > T(0)) ds *= T(1) - t * t;
+      }
+      const int n = i_hi - i0 < 32 ? static_cast<int>(i_hi - i0) : 32;
+      for (int u = 0; u < n; ++u) {
+        const T pu = __shfl_sync(0xffffffffu, pd, u), du = __shfl_sync(0xffffffffu, ds, u);
+        if (pu != T(0)) {
+          const T* dr = a.dout + at4(a.dos, b, h, i0 + u, 0);
+          for (int c = 0; c < kPer; ++c) {
+            const int64_t d = lane + 32 * c;
+            if (d < a.Dv) dv[c] += pu * dr[d * a.dos[3]];
+          }
+        }
+        if (du != T(0)) {
+          const T* qr = a.q + at4(a.qs, b, h, i0 + u, 0);
+          for (int c = 0; c < kPer; ++c) {
+            const int64_t d = lane + 32 * c;
+            if (d < a.Dqk) dk[c] += du * qr[d * a.qs[3]];
+          }
+        }
+      }
+    }
+  }
+  for (int c = 0; c < kPer; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < a.Dqk) a.dk[at4(a.dks, b, hk, j, d)] = dk[c] * a.scale;
+    if (d < a.Dv) a.dv[at4(a.dvs, b, hk, j, d)] = dv[c];
+  }
+}
+
+void strides4(const View& v, int64_t* out) {
+  for (int d = 0; d < 4; ++d) out[d] = v.data ? v.strides[d] : 0;
+}
+
+template <class T>
+Args<T> make_args(const SdpaParams& p) {
+  Args<T> a{};
+  a.q = static_cast<const T*>(p.q.data);
+  a.k = static_cast<const T*>(p.k.data);
+  a.v = static_cast<const T*>(p.v.data);
+  strides4(p.q, a.qs);
+  strides4(p.k, a.ks);
+  strides4(p.v, a.vs);
+  a.out = static_cast<T*>(p.out.data);
+  a.o = a.out;
+  strides4(p.out, a.outs);
+  strides4(p.out, a.os);
+  a.stats = static_cast<T*>(p.stats.data);
+  a.mask = p.mask.data;
+  a.mask_bool = p.mask.dtype == kBool;
+  strides4(p.mask, a.ms);
+  a.lens_q = static_cast<const int64_t*>(p.seq_len_q.data);
+  a.lens_kv = static_cast<const int64_t*>(p.seq_len_kv.data);
+  a.lqs = p.seq_len_q.data ? p.seq_len_q.strides[0] : 0;
+  a.lkvs = p.seq_len_kv.data ? p.seq_len_kv.strides[0] : 0;
+  a.B = p.batch();
+  a.Hq = p.heads_q();
+  a.Hk = p.heads_kv();
+  a.Sq = p.len_q();
+  a.Skv = p.len_kv();
+  a.Dqk = p.dim_qk();
+  a.Dv = p.dim_v();
+  a.scale = static_cast<T>(p.scale);
+  a.softcap = static_cast<T>(p.softcap);
+  a.keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  a.causal = p.causal;
+  a.alibi = p.alibi;
+  a.shift = p.align_shift();
+  a.window = p.window;
+  a.dropout_p = static_cast<float>(p.dropout_p);
+  a.seed = p.seed;
+  a.offset = p.offset;
+  return a;
+}
+
+// Calls f(std::integral_constant<int, values per lane>) for the larger head dim.
+template <class F>
+void with_per_lane(int64_t dim, F&& f) {
+  TG_CHECK(dim <= kMaxHeadDim, "sdpa", "the CUDA kernels take head dims up to ", kMaxHeadDim,
+           ", got ", dim);
+  if (dim <= 32) {
+    f(std::integral_constant<int, 1>{});
+  } else if (dim <= 64) {
+    f(std::integral_constant<int, 2>{});
+  } else if (dim <= 128) {
+    f(std::integral_constant<int, 4>{});
+  } else {
+    f(std::integral_constant<int, 8>{});
+  }
+}
+
+unsigned blocks_for_rows(int64_t rows) { return static_cast<unsigned>((rows + kWarps - 1) / kWarps); }
+
+template <class T>
+void forward_typed(int device, const SdpaParams& p) {
+  cudaStream_t s = enter(device);
+  Args<T> a = make_args<T>(p);
+  const int64_t rows = a.B * a.Hq * a.Sq;
+  if (!rows) return;
+  const size_t smem = kWarps * a.Dqk * sizeof(T);
+  with_per_lane(a.Dv, [&](auto per) {
+    forward_kernel<T, decltype(per)::value>
+        <<<blocks_for_rows(rows), kWarps * 32, smem, s>>>(a);
+  });
+  check_launch("sdpa forward kernel");
+}
+
+template <class T>
+void backward_typed(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  cudaStream_t s = enter(device);
+  Args<T> a = make_args<T>(p);
+  a.dout = static_cast<const T*>(dout.data);
+  strides4(dout, a.dos);
+  a.dq = static_cast<T*>(g.dq.data);
+  a.dk = static_cast<T*>(g.dk.data);
+  a.dv = static_cast<T*>(g.dv.data);
+  strides4(g.dq, a.dqs);
+  strides4(g.dk, a.dks);
+  strides4(g.dv, a.dvs);
+  a.dscores = static_cast<T*>(g.dscores.data);
+  const int64_t rows_q = a.B * a.Hq * a.Sq, rows_kv = a.B * a.Hk * a.Skv;
+  Scratch delta(std::max<int64_t>(rows_q, 1) * sizeof(T), device);
+  a.delta = delta.as<T>();
+  const size_t smem = kWarps * (a.Dqk + a.Dv) * sizeof(T);
+  if (rows_q) {
+    with_per_lane(a.Dqk, [&](auto per) {
+      backward_dq_kernel<T, decltype(per)::value>
+          <<<blocks_for_rows(rows_q), kWarps * 32, smem, s>>>(a);
+    });
+    check_launch("sdpa backward dq kernel");
+  }
+  if (rows_kv) {
+    with_per_lane(std::max(a.Dqk, a.Dv), [&](auto per) {
+      backward_dkv_kernel<T, decltype(per)::value>
+          <<<blocks_for_rows(rows_kv), kWarps * 32, smem, s>>>(a);
+    });
+    check_launch("sdpa backward dk/dv kernel");
+  }
+}
+
+}  // namespace
+
+void CudaBackend::sdpa_forward(const SdpaParams& p) {
+  if (p.q.dtype == kFloat64) {
+    forward_typed<double>(device, p);
+  } else {
+    forward_typed<float>(device, p);
+  }
+}
+
+void CudaBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  if (p.q.dtype == kFloat64) {
+    backward_typed<double>(device, p, dout, g);
+  } else {
+    backward_typed<float>(device, p, dout, g);
+  }
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,24 @@
+// The CUDA entry points a user calls directly. They exist in every build: a CPU-only build
+// reports no device (cuda_is_available() is false) and throws where a device is required.
+#pragma once
+#include <cstdint>
+
+namespace tg {
+
+// True when this build has CUDA and a device is present (no driver reads as no device).
+bool cuda_is_available();
+int cuda_device_count();
+// Waits until every kernel queued on the device's stream has finished (for timing).
+void cuda_synchronize(int device = 0);
+
+// The caching allocator's figures for one device, in bytes: held by live tensors (rounded
+// to the allocator's block sizes), cached for reuse, the peak of in_use, and how many
+// cudaMalloc calls it has made (flat after the first training step).
+struct CudaMemoryStats {
+  int64_t in_use = 0, cached = 0, peak = 0, mallocs = 0;
+};
+CudaMemoryStats cuda_memory_stats(int device = 0);
+// Returns the cached blocks to the driver (waits for the devices first).
+void cuda_empty_cache();
+
+}  // namespace tg
