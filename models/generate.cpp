@@ -33,7 +33,8 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
                   seq.end());
     }
     const int64_t n = static_cast<int64_t>(feed.size());
-    Tensor logits = model.forward(from_vector(feed, {1, n}), cache);
+    Tensor logits =
+        model.forward(from_vector(feed, {1, n}, TensorOptions(kInt64).device(model.device())), cache);
     std::vector<double> z = logits.slice(1, n - 1, n).to_vector<double>();
     int64_t next = 0;
     if (opts.temperature == 0) {
@@ -73,7 +74,8 @@ Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t st
            "argument 'prompts' must be int64 (batch, len)");
   NoGradGuard no_grad;  // the cached forward runs without dropout, whatever the mode
   KVCache cache;
-  Tensor next = prompts;  // the first call reads the whole prompt, later ones one token
+  // The first call reads the whole prompt, later ones one token.
+  Tensor next = prompts.to(model.device());
   std::vector<Tensor> picked;
   for (int64_t s = 0; s < steps; ++s) {
     Tensor logits = model.forward(next, cache);
@@ -81,7 +83,7 @@ Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t st
     next = argmax(logits.slice(1, t - 1, t), -1);  // (B, 1)
     picked.push_back(next);
   }
-  return steps ? cat(picked, 1) : zeros({prompts.size(0), 0}, kInt64);
+  return steps ? cat(picked, 1).to(prompts.device()) : zeros({prompts.size(0), 0}, kInt64);
 }
 
 ExactMatch exact_match(const Transformer& model, const std::vector<Example>& examples,

@@ -43,6 +43,11 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+Device Module::device() const {
+  std::vector<Tensor> ps = parameters();
+  return ps.empty() ? kCPU : ps.front().device();
+}
+
 void Module::to(Device device) {
   for (auto& p : parameters()) {
     if (p.device() == device) continue;

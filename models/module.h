@@ -33,6 +33,8 @@ class Module {
 
   // Moves every parameter to `device` in place: the handles modules hold stay valid.
   void to(Device device);
+  // The device of the parameters (the CPU for a module without any).
+  Device device() const;
   void zero_grad();
 
  protected:

@@ -1,5 +1,7 @@
 #include "models/optim.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <numbers>
 
@@ -93,11 +95,23 @@ void AdamW::step() {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   TG_CHECK(max_norm > 0, "clip_grad_norm", "argument 'max_norm' must be positive, got ", max_norm);
   NoGradGuard no_grad;
-  double total = 0;
+  // The squares summed per device in float64 and read back once per device: one host sync
+  // per step on a GPU instead of one per parameter.
+  std::vector<Tensor> per_device;
   for (const auto& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) total += sum(mul(g, g).to(kFloat64)).item<double>();
+    if (!g.defined()) continue;
+    Tensor s = sum(mul(g, g).to(kFloat64));
+    auto same = std::find_if(per_device.begin(), per_device.end(),
+                             [&](const Tensor& t) { return t.device() == s.device(); });
+    if (same == per_device.end()) {
+      per_device.push_back(s);
+    } else {
+      *same = add(*same, s);
+    }
   }
+  double total = 0;
+  for (const Tensor& t : per_device) total += t.item<double>();
   const double norm = std::sqrt(total);
   if (norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);

@@ -1,6 +1,9 @@
 #include "ops/rope.h"
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "autograd/autograd.h"
@@ -13,7 +16,8 @@ namespace {
 
 // cos and sin (S, D/2) of the angles (t + offset) * theta^(-2i/D), computed in double and
 // cast to x's dtype; sin is negated for the inverse rotation.
-void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
+void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
+                    Tensor& sin_t) {
   const int64_t s_len = x.size(seq), half = x.sizes().back() / 2;
   std::vector<double> c(static_cast<size_t>(s_len * half)), s(c.size());
   for (int64_t i = 0; i < half; ++i) {
@@ -27,6 +31,28 @@ void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos
   const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
   cos_t = from_vector(c, {s_len, half}, opts);
   sin_t = from_vector(s, {s_len, half}, opts);
+}
+
+// The tables of the last few (shape, options, dtype, device) seen: a model asks for the same
+// ones in every layer and every step, and on a GPU each new table is a host-to-device copy
+// that waits for the device.
+void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
+                 Tensor& sin_t) {
+  using Key = std::tuple<int64_t, int64_t, double, int64_t, bool, DType, DeviceType, int>;
+  const Key key{x.size(seq), x.sizes().back(), o.theta, o.offset, o.inverse, x.dtype(),
+                x.device().type, x.device().index};
+  static std::mutex mutex;
+  static std::map<Key, std::pair<Tensor, Tensor>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 64) cache.clear();  // decoding walks offsets: keep the cache bounded
+    compute_tables(x, seq, o, cos_t, sin_t);
+    cache.emplace(key, std::make_pair(cos_t, sin_t));
+  } else {
+    cos_t = it->second.first;
+    sin_t = it->second.second;
+  }
 }
 
 }  // namespace

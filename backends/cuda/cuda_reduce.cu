@@ -1,6 +1,8 @@
 // Sum / max / min over any set of dims. A group of G threads (1, 32 or 256) reduces one
-// output: each thread walks its share of the reduced elements in order, then the group
-// combines in a fixed tree. No atomics, so results are bitwise the same on every run.
+// output (or one chunk of it, for a few very long reductions): each thread walks its share of
+// the reduced elements in order, then the group combines in a fixed tree, and chunks are
+// combined in order. No atomics, so results are bitwise the same on every run.
+#include <algorithm>
 #include <limits>
 
 #include "backends/cuda/cuda_backend.h"
@@ -25,8 +27,11 @@ __device__ Partial<Acc> pick(Partial<Acc> a, Partial<Acc> b, bool is_max) {
   return a.idx <= b.idx ? a : b;
 }
 
+// Group g reduces output g / chunks over the reduced indices of chunk g % chunks. With one
+// chunk it writes the output; with several it writes its partial for finish_kernel.
 template <class T, class Acc, int G>
 __global__ void reduce_kernel(Offsets<2> kept, Offsets<1> red, const T* x, T* out, int64_t* arg,
+                              Partial<Acc>* partial, int64_t chunks, int64_t chunk_len,
                               int64_t n_out, int64_t n_red, ReduceOp op) {
   constexpr int kGroups = kThreads / G;
   __shared__ Acc s_v[kThreads];
@@ -34,17 +39,20 @@ __global__ void reduce_kernel(Offsets<2> kept, Offsets<1> red, const T* x, T* ou
   __shared__ bool s_nan[kThreads];
   const int lane = threadIdx.x % G, group = threadIdx.x / G;
   const bool is_sum = op == ReduceOp::Sum, is_max = op == ReduceOp::Max;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < n_out;
+  const int64_t n_groups = n_out * chunks;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups; base < n_groups;
        base += static_cast<int64_t>(gridDim.x) * kGroups) {
-    const int64_t o = base + group;
+    const int64_t g = base + group, o = g / chunks;
+    const int64_t r0 = (g % chunks) * chunk_len;
+    const int64_t r1 = r0 + chunk_len < n_red ? r0 + chunk_len : n_red;
     Partial<Acc> p{is_sum ? Acc(0)
                           : (is_max ? -std::numeric_limits<Acc>::infinity()
                                     : std::numeric_limits<Acc>::infinity()),
                    0, false};
     int64_t ko[2] = {0, 0};
-    if (o < n_out) {
+    if (g < n_groups) {
       kept.at(o, ko);
-      for (int64_t r = lane; r < n_red; r += G) {
+      for (int64_t r = r0 + lane; r < r1; r += G) {
         int64_t ro[1];
         red.at(r, ro);
         const Acc v = static_cast<Acc>(x[ko[0] + ro[0]]);
@@ -78,15 +86,40 @@ __global__ void reduce_kernel(Offsets<2> kept, Offsets<1> red, const T* x, T* ou
       p = Partial<Acc>{s_v[threadIdx.x], s_i[threadIdx.x], s_nan[threadIdx.x]};
       __syncthreads();
     }
-    if (lane == 0 && o < n_out) {
-      out[ko[1]] = static_cast<T>(p.v);
-      if (arg) arg[ko[1]] = p.idx;
+    if (lane == 0 && g < n_groups) {
+      if (chunks > 1) {
+        partial[g] = p;
+      } else {
+        out[ko[1]] = static_cast<T>(p.v);
+        if (arg) arg[ko[1]] = p.idx;
+      }
     }
   }
 }
 
+// Combines each output's chunk partials in chunk order.
 template <class T, class Acc>
-void reduce_typed(cudaStream_t s, ReduceOp op, const View& x, const View& out, const View& arg) {
+__global__ void finish_kernel(Offsets<2> kept, const Partial<Acc>* partial, int64_t chunks, T* out,
+                              int64_t* arg, int64_t n_out, ReduceOp op) {
+  TG_GRID_STRIDE(o, n_out) {
+    Partial<Acc> p = partial[o * chunks];
+    for (int64_t c = 1; c < chunks; ++c) {
+      const Partial<Acc>& q = partial[o * chunks + c];
+      if (op == ReduceOp::Sum) {
+        p.v += q.v;
+      } else {
+        p = pick(p, q, op == ReduceOp::Max);
+      }
+    }
+    int64_t ko[2];
+    kept.at(o, ko);
+    out[ko[1]] = static_cast<T>(p.v);
+    if (arg) arg[ko[1]] = p.idx;
+  }
+}
+
+template <class T, class Acc>
+void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const View& out, const View& arg) {
   const size_t nd = x.sizes.size();
   Shape kept_sizes, kept_xst, kept_ost, red_sizes, red_st;
   for (size_t d = 0; d < nd; ++d) {
@@ -110,14 +143,22 @@ void reduce_typed(cudaStream_t s, ReduceOp op, const View& x, const View& out, c
   T* op_ = static_cast<T*>(out.data);
   int64_t* ap = static_cast<int64_t*>(arg.data);
   if (n_red <= 16 || (adjacent_outputs && n_out >= 2048)) {
-    reduce_kernel<T, Acc, 1><<<grid_for(n_out), kThreads, 0, s>>>(kept, red, xp, op_, ap, n_out,
-                                                                   n_red, op);
-  } else if (n_out < 64 && n_red >= 8192) {
-    reduce_kernel<T, Acc, kThreads>
-        <<<grid_for(n_out * kThreads), kThreads, 0, s>>>(kept, red, xp, op_, ap, n_out, n_red, op);
+    reduce_kernel<T, Acc, 1><<<grid_for(n_out), kThreads, 0, s>>>(
+        kept, red, xp, op_, ap, nullptr, 1, n_red, n_out, n_red, op);
+  } else if (n_out < 64 && n_red >= 32768) {
+    // Few long reductions: split each into chunks of 8192 (at most 128) reduced by a block
+    // each, then add the chunks in order: deterministic, and the whole GPU at work.
+    const int64_t chunks = std::min<int64_t>(128, (n_red + 8191) / 8192);
+    const int64_t chunk_len = (n_red + chunks - 1) / chunks;
+    Scratch partial(n_out * chunks * sizeof(Partial<Acc>), device);
+    reduce_kernel<T, Acc, kThreads><<<grid_for(n_out * chunks * kThreads), kThreads, 0, s>>>(
+        kept, red, xp, op_, ap, partial.as<Partial<Acc>>(), chunks, chunk_len, n_out, n_red, op);
+    check_launch("reduce kernel");
+    finish_kernel<T, Acc><<<grid_for(n_out), kThreads, 0, s>>>(
+        kept, partial.as<Partial<Acc>>(), chunks, op_, ap, n_out, op);
   } else {
-    reduce_kernel<T, Acc, 32>
-        <<<grid_for(n_out * 32), kThreads, 0, s>>>(kept, red, xp, op_, ap, n_out, n_red, op);
+    reduce_kernel<T, Acc, 32><<<grid_for(n_out * 32), kThreads, 0, s>>>(
+        kept, red, xp, op_, ap, nullptr, 1, n_red, n_out, n_red, op);
   }
   check_launch("reduce kernel");
 }
@@ -128,16 +169,16 @@ void CudaBackend::reduce(ReduceOp op, const View& x, const View& out, const View
   cudaStream_t s = enter(device);
   switch (x.dtype) {
     case DType::Float32:
-      reduce_typed<float, float>(s, op, x, out, arg);
+      reduce_typed<float, float>(device, s, op, x, out, arg);
       break;
     case DType::Float64:
-      reduce_typed<double, double>(s, op, x, out, arg);
+      reduce_typed<double, double>(device, s, op, x, out, arg);
       break;
     case DType::Int64:
-      reduce_typed<int64_t, double>(s, op, x, out, arg);
+      reduce_typed<int64_t, double>(device, s, op, x, out, arg);
       break;
     case DType::Bool:
-      reduce_typed<bool, double>(s, op, x, out, arg);
+      reduce_typed<bool, double>(device, s, op, x, out, arg);
       break;
   }
 }

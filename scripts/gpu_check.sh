@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: build with CUDA (sm_90 unless CUDA_ARCH says otherwise),
+# run the `cuda` test label, then the GPU benchmarks. For machines without package access
+# (the lent GPU machines), header-only dependencies may come in a .deps/usr tree copied from
+# a Debian machine: they are installed into /usr first when present.
+#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/gpu}
+what=${2:-all}
+if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_CUDA=ON -DTAPEGRAD_BLAS=OFF \
+  -DTAPEGRAD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null || exit 1
+cmake --build "$build" -j "$(nproc)" 2>&1 | grep -E "error|warning|FAILED" ; test ${PIPESTATUS[0]} -eq 0 || exit 1
+status=0
+if [ "$what" != bench ]; then
+  ctest --test-dir "$build" -L cuda --output-on-failure || status=1
+fi
+if [ "$what" != test ]; then
+  python3 bench/compare_train_torch.py "$build/bench/bench_train_step" 8 20 cuda 3 || status=1
+fi
+exit $status
