@@ -33,8 +33,8 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
                   seq.end());
     }
     const int64_t n = static_cast<int64_t>(feed.size());
-    Tensor logits =
-        model.forward(from_vector(feed, {1, n}, TensorOptions(kInt64).device(model.device())), cache);
+    Tensor logits = model.forward(
+        from_vector(feed, {1, n}, TensorOptions(kInt64).device(model.device())), cache);
     std::vector<double> z = logits.slice(1, n - 1, n).to_vector<double>();
     int64_t next = 0;
     if (opts.temperature == 0) {

@@ -36,11 +36,10 @@ void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& 
 // The tables of the last few (shape, options, dtype, device) seen: a model asks for the same
 // ones in every layer and every step, and on a GPU each new table is a host-to-device copy
 // that waits for the device.
-void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
-                 Tensor& sin_t) {
+void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
   using Key = std::tuple<int64_t, int64_t, double, int64_t, bool, DType, DeviceType, int>;
-  const Key key{x.size(seq), x.sizes().back(), o.theta, o.offset, o.inverse, x.dtype(),
-                x.device().type, x.device().index};
+  const Key key{x.size(seq), x.sizes().back(), o.theta,         o.offset,
+                o.inverse,   x.dtype(),        x.device().type, x.device().index};
   static std::mutex mutex;
   static std::map<Key, std::pair<Tensor, Tensor>> cache;
   std::lock_guard<std::mutex> lock(mutex);

@@ -65,8 +65,8 @@ void compare(const std::string& what, const Tensor& cpu, const Tensor& gpu, doub
   }
   if (nonfinite_mismatch >= 0) {
     const auto i = static_cast<size_t>(nonfinite_mismatch);
-    FAIL_CHECK("non-finite mismatch at " << index_str(nonfinite_mismatch, cpu.sizes())
-                                         << ": cpu " << a[i] << ", cuda " << b[i]);
+    FAIL_CHECK("non-finite mismatch at " << index_str(nonfinite_mismatch, cpu.sizes()) << ": cpu "
+                                         << a[i] << ", cuda " << b[i]);
   }
   if (worst_err > 1) {
     const auto i = static_cast<size_t>(worst);
@@ -112,7 +112,10 @@ std::vector<OpCase> elementwise_cases() {
   };
   for (const auto& [name, fn] : unary) {
     // On a transposed (non-contiguous) view of the input.
-    cases.push_back({name + " (transposed view)", [] { return Inputs{r({5, 7}, 1)}; },
+    cases.push_back({name + " (transposed view)",
+                     [] {
+                       return Inputs{r({5, 7}, 1)};
+                     },
                      [fn = fn](const Inputs& in) { return fn(in[0].transpose(0, 1)); }});
   }
   const std::vector<std::pair<std::string, U>> positive = {
@@ -122,7 +125,10 @@ std::vector<OpCase> elementwise_cases() {
       {"pow0.5", [](const Tensor& x) { return pow(x, 0.5); }},
   };
   for (const auto& [name, fn] : positive)
-    cases.push_back({name + " (sliced view)", [] { return Inputs{r({6, 9}, 2, 0.1, 3)}; },
+    cases.push_back({name + " (sliced view)",
+                     [] {
+                       return Inputs{r({6, 9}, 2, 0.1, 3)};
+                     },
                      [fn = fn](const Inputs& in) { return fn(in[0].slice(1, 1, 9, 2)); }});
   using B = std::function<Tensor(const Tensor&, const Tensor&)>;
   const std::vector<std::pair<std::string, B>> binary = {
@@ -135,99 +141,153 @@ std::vector<OpCase> elementwise_cases() {
   };
   for (const auto& [name, fn] : binary) {
     cases.push_back({name + " (broadcast 3x1x5 with 4x5)",
-                     [] { return Inputs{r({3, 1, 5}, 3), r({4, 5}, 4)}; },
+                     [] {
+                       return Inputs{r({3, 1, 5}, 3), r({4, 5}, 4)};
+                     },
                      [fn = fn](const Inputs& in) { return fn(in[0], in[1]); }});
     cases.push_back({name + " (permuted views)",
-                     [] { return Inputs{r({4, 3, 2}, 5), r({2, 4, 3}, 6)}; },
+                     [] {
+                       return Inputs{r({4, 3, 2}, 5), r({2, 4, 3}, 6)};
+                     },
                      [fn = fn](const Inputs& in) {
                        return fn(in[0].permute({2, 0, 1}), in[1].permute({0, 1, 2}));
                      }});
   }
   cases.push_back({"comparisons and where",
-                   [] { return Inputs{r({6, 5}, 7), r({5}, 8)}; },
+                   [] {
+                     return Inputs{r({6, 5}, 7), r({5}, 8)};
+                   },
                    [](const Inputs& in) {
                      Tensor c = logical_or(lt(in[0], in[1]), eq(in[0], 0.5));
-                     return where(logical_and(c, logical_not(ge(in[0], ones_like(in[1])))),
-                                  in[0], mul(in[1], 2.0));
+                     return where(logical_and(c, logical_not(ge(in[0], ones_like(in[1])))), in[0],
+                                  mul(in[1], 2.0));
                    }});
   cases.push_back({"isfinite and masked_fill",
-                   [] { return Inputs{r({4, 8}, 9)}; },
+                   [] {
+                     return Inputs{r({4, 8}, 9)};
+                   },
                    [](const Inputs& in) {
                      Tensor x = log(in[0]);  // NaN for negative inputs
                      return masked_fill(x, logical_not(isfinite(x)), -3.0);
                    }});
   cases.push_back({"NaN propagates through maximum",
-                   [] { return Inputs{r({3, 4}, 10, -2, 2, false), r({3, 4}, 11, -2, 2, false)}; },
+                   [] {
+                     return Inputs{r({3, 4}, 10, -2, 2, false), r({3, 4}, 11, -2, 2, false)};
+                   },
                    [](const Inputs& in) { return maximum(sqrt(in[0]), in[1]); }});
   cases.push_back({"copy between dtypes (to float64 and int64 and back)",
-                   [] { return Inputs{r({3, 7}, 12, -5, 5)}; },
+                   [] {
+                     return Inputs{r({3, 7}, 12, -5, 5)};
+                   },
                    [](const Inputs& in) {
                      Tensor i = mul(in[0], 3.0).to(kInt64);
                      return add(in[0].to(kFloat64).to(kFloat32), i.to(kFloat32));
                    }});
-  cases.push_back({"cat, stack and split", [] { return Inputs{r({2, 3}, 13), r({2, 5}, 14)}; },
+  cases.push_back({"cat, stack and split",
+                   [] {
+                     return Inputs{r({2, 3}, 13), r({2, 5}, 14)};
+                   },
                    [](const Inputs& in) {
                      Tensor c = cat({in[0], in[1]}, 1);
                      std::vector<Tensor> parts = split(c, 4, 1);
                      return stack({parts[0], mul(parts[1], 2.0)}, 0);
                    }});
-  cases.push_back({"arange, full and contiguous of an expanded view",
-                   [] { return Inputs{r({1, 6}, 15)}; },
-                   [](const Inputs& in) {
-                     Tensor a = arange(0.0, 3.0, 0.5, TensorOptions(kFloat32).device(in[0].device()));
-                     return add(in[0].expand({4, 6}).contiguous(), add(a, full({4, 6}, 0.25, TensorOptions(kFloat32).device(in[0].device()))));
-                   }});
+  cases.push_back(
+      {"arange, full and contiguous of an expanded view",
+       [] {
+         return Inputs{r({1, 6}, 15)};
+       },
+       [](const Inputs& in) {
+         Tensor a = arange(0.0, 3.0, 0.5, TensorOptions(kFloat32).device(in[0].device()));
+         return add(in[0].expand({4, 6}).contiguous(),
+                    add(a, full({4, 6}, 0.25, TensorOptions(kFloat32).device(in[0].device()))));
+       }});
   return cases;
 }
 
 std::vector<OpCase> reduction_cases() {
   std::vector<OpCase> cases;
-  cases.push_back({"sum over the last dim", [] { return Inputs{r({7, 300}, 20)}; },
+  cases.push_back({"sum over the last dim",
+                   [] {
+                     return Inputs{r({7, 300}, 20)};
+                   },
                    [](const Inputs& in) { return sum(in[0], {1}); }, 1e-5});
   cases.push_back({"sum over the first dim (many adjacent outputs)",
-                   [] { return Inputs{r({500, 2100}, 21)}; },
+                   [] {
+                     return Inputs{r({500, 2100}, 21)};
+                   },
                    [](const Inputs& in) { return sum(in[0], {0}); }, 1e-4});
-  cases.push_back({"sum of everything (one long reduction)", [] { return Inputs{r({300, 400}, 22)}; },
+  cases.push_back({"sum of everything (one long reduction)",
+                   [] {
+                     return Inputs{r({300, 400}, 22)};
+                   },
                    [](const Inputs& in) { return sum(in[0]); }, 1e-4});
   cases.push_back({"mean over dims 0 and 2 of a permuted view",
-                   [] { return Inputs{r({6, 5, 40}, 23)}; },
-                   [](const Inputs& in) { return mean(in[0].permute({2, 0, 1}), {0, 2}, true); }});
+                   [] {
+                     return Inputs{r({6, 5, 40}, 23)};
+                   },
+                   [](const Inputs& in) {
+                     return mean(in[0].permute({2, 0, 1}), {0, 2}, true);
+                   }});
   cases.push_back({"max and min along a dim",
-                   [] { return Inputs{r({9, 33}, 24)}; },
+                   [] {
+                     return Inputs{r({9, 33}, 24)};
+                   },
                    [](const Inputs& in) { return add(max(in[0], {1}), sum(min(in[0], {0}))); }});
   cases.push_back({"argmax (first of ties) as float",
-                   [] { return Inputs{r({5, 40}, 25, -1, 1, false)}; },
+                   [] {
+                     return Inputs{r({5, 40}, 25, -1, 1, false)};
+                   },
                    [](const Inputs& in) {
                      Tensor x = mul(add(in[0], 1.0), 2.0).to(kInt64).to(kFloat32);  // many ties
                      return argmax(x, 1).to(kFloat32);
                    }});
-  cases.push_back({"logsumexp and var", [] { return Inputs{r({4, 50}, 26)}; },
+  cases.push_back({"logsumexp and var",
+                   [] {
+                     return Inputs{r({4, 50}, 26)};
+                   },
                    [](const Inputs& in) { return add(logsumexp(in[0], {1}), var(in[0], {1})); }});
-  cases.push_back({"sum of bools counts", [] { return Inputs{r({64, 64}, 27, -1, 1, false)}; },
+  cases.push_back({"sum of bools counts",
+                   [] {
+                     return Inputs{r({64, 64}, 27, -1, 1, false)};
+                   },
                    [](const Inputs& in) { return sum(gt(in[0], 0.0)).to(kFloat32); }});
   return cases;
 }
 
 std::vector<OpCase> matmul_cases() {
   std::vector<OpCase> cases;
-  cases.push_back({"matmul 2-D", [] { return Inputs{r({33, 17}, 30), r({17, 29}, 31)}; },
-                   [](const Inputs& in) { return matmul(in[0], in[1]); }, 1e-5, 1e-4});
-  cases.push_back({"matmul with a transposed operand",
-                   [] { return Inputs{r({17, 33}, 32), r({29, 17}, 33)}; },
-                   [](const Inputs& in) {
-                     return matmul(in[0].transpose(0, 1), in[1].transpose(0, 1));
+  cases.push_back({"matmul 2-D",
+                   [] {
+                     return Inputs{r({33, 17}, 30), r({17, 29}, 31)};
                    },
-                   1e-5, 1e-4});
+                   [](const Inputs& in) { return matmul(in[0], in[1]); }, 1e-5, 1e-4});
+  cases.push_back(
+      {"matmul with a transposed operand",
+       [] {
+         return Inputs{r({17, 33}, 32), r({29, 17}, 33)};
+       },
+       [](const Inputs& in) { return matmul(in[0].transpose(0, 1), in[1].transpose(0, 1)); }, 1e-5,
+       1e-4});
   cases.push_back({"matmul with broadcast batch dims",
-                   [] { return Inputs{r({2, 1, 5, 8}, 34), r({3, 8, 6}, 35)}; },
+                   [] {
+                     return Inputs{r({2, 1, 5, 8}, 34), r({3, 8, 6}, 35)};
+                   },
                    [](const Inputs& in) { return matmul(in[0], in[1]); }, 1e-5, 1e-4});
   cases.push_back({"matmul (..., m, k) @ (k, n) folded",
-                   [] { return Inputs{r({4, 6, 16}, 36), r({16, 12}, 37)}; },
+                   [] {
+                     return Inputs{r({4, 6, 16}, 36), r({16, 12}, 37)};
+                   },
                    [](const Inputs& in) { return matmul(in[0], in[1]); }, 1e-5, 1e-4});
-  cases.push_back({"matmul vector cases", [] { return Inputs{r({7}, 38), r({3, 7, 4}, 39)}; },
+  cases.push_back({"matmul vector cases",
+                   [] {
+                     return Inputs{r({7}, 38), r({3, 7, 4}, 39)};
+                   },
                    [](const Inputs& in) { return matmul(in[0], in[1]); }, 1e-5, 1e-4});
   cases.push_back({"matmul with permuted batch (attention layout)",
-                   [] { return Inputs{r({2, 9, 3, 8}, 40), r({2, 9, 3, 8}, 41)}; },
+                   [] {
+                     return Inputs{r({2, 9, 3, 8}, 40), r({2, 9, 3, 8}, 41)};
+                   },
                    [](const Inputs& in) {
                      Tensor q = in[0].transpose(1, 2), k = in[1].transpose(1, 2);
                      return matmul(q, k.transpose(-1, -2));
@@ -238,50 +298,69 @@ std::vector<OpCase> matmul_cases() {
 
 std::vector<OpCase> nn_cases() {
   std::vector<OpCase> cases;
-  cases.push_back({"softmax and log_softmax", [] { return Inputs{r({5, 3, 70}, 50, -6, 6)}; },
+  cases.push_back({"softmax and log_softmax",
+                   [] {
+                     return Inputs{r({5, 3, 70}, 50, -6, 6)};
+                   },
                    [](const Inputs& in) {
-                     return add(softmax(in[0], -1), log_softmax(in[0].transpose(0, 2), 0).transpose(0, 2));
+                     return add(softmax(in[0], -1),
+                                log_softmax(in[0].transpose(0, 2), 0).transpose(0, 2));
                    }});
-  cases.push_back({"cross_entropy with ignored targets",
-                   [] {
-                     return Inputs{r({6, 5, 11}, 51, -3, 3),
-                                   from_vector(std::vector<int64_t>{0, 3, 10, -100, 4, 4, 2, 7, 9,
-                                                                    -100, 1, 5, 6, 8, 0, 3, 3, 3,
-                                                                    2, 10, 9, 8, 7, 6, 5, 4, 1,
-                                                                    0, 2, 1},
-                                               {6, 5})};
-                   },
-                   [](const Inputs& in) { return cross_entropy(in[0], in[1]); }});
-  cases.push_back({"embedding with repeated ids (deterministic scatter-add)",
-                   [] {
-                     return Inputs{r({13, 24}, 52),
-                                   from_vector(std::vector<int64_t>{3, 0, 3, 12, 5, 3, 0, 7, 12, 12,
-                                                                    1, 3},
-                                               {3, 4})};
-                   },
-                   [](const Inputs& in) { return embedding(in[0], in[1]); }});
+  cases.push_back(
+      {"cross_entropy with ignored targets",
+       [] {
+         return Inputs{
+             r({6, 5, 11}, 51, -3, 3),
+             from_vector(std::vector<int64_t>{0, 3, 10, -100, 4,  4, 2, 7, 9, -100, 1, 5, 6, 8, 0,
+                                              3, 3, 3,  2,    10, 9, 8, 7, 6, 5,    4, 1, 0, 2, 1},
+                         {6, 5})};
+       },
+       [](const Inputs& in) { return cross_entropy(in[0], in[1]); }});
+  cases.push_back(
+      {"embedding with repeated ids (deterministic scatter-add)",
+       [] {
+         return Inputs{
+             r({13, 24}, 52),
+             from_vector(std::vector<int64_t>{3, 0, 3, 12, 5, 3, 0, 7, 12, 12, 1, 3}, {3, 4})};
+       },
+       [](const Inputs& in) { return embedding(in[0], in[1]); }});
   cases.push_back({"rms_norm with weight (broadcast rows)",
-                   [] { return Inputs{r({3, 7, 96}, 53), r({96}, 54, 0.5, 1.5)}; },
+                   [] {
+                     return Inputs{r({3, 7, 96}, 53), r({96}, 54, 0.5, 1.5)};
+                   },
                    [](const Inputs& in) { return rms_norm(in[0], in[1], 1e-5); }});
   cases.push_back({"rms_norm of a strided input, no weight",
-                   [] { return Inputs{r({40, 33}, 55)}; },
+                   [] {
+                     return Inputs{r({40, 33}, 55)};
+                   },
                    [](const Inputs& in) { return rms_norm(in[0].transpose(0, 1), Tensor()); }});
-  cases.push_back({"rope (B, H, S, D) with an offset", [] { return Inputs{r({2, 3, 10, 16}, 56)}; },
+  cases.push_back({"rope (B, H, S, D) with an offset",
+                   [] {
+                     return Inputs{r({2, 3, 10, 16}, 56)};
+                   },
                    [](const Inputs& in) {
                      RopeOptions o;
                      o.offset = 5;
                      return rope(in[0], o);
                    }});
   cases.push_back({"rope (B, S, H, D) of a strided input",
-                   [] { return Inputs{r({2, 3, 10, 8}, 57)}; },
+                   [] {
+                     return Inputs{r({2, 3, 10, 8}, 57)};
+                   },
                    [](const Inputs& in) {
                      RopeOptions o;
                      o.seq_dim = -3;
                      return rope(in[0].transpose(1, 2), o);
                    }});
-  cases.push_back({"swiglu", [] { return Inputs{r({5, 2, 48}, 58)}; },
+  cases.push_back({"swiglu",
+                   [] {
+                     return Inputs{r({5, 2, 48}, 58)};
+                   },
                    [](const Inputs& in) { return swiglu(in[0]); }});
-  cases.push_back({"dropout (the same Philox stream)", [] { return Inputs{r({37, 29}, 59)}; },
+  cases.push_back({"dropout (the same Philox stream)",
+                   [] {
+                     return Inputs{r({37, 29}, 59)};
+                   },
                    [](const Inputs& in) { return dropout(in[0], 0.3, 7, 12); }, 1e-6, 1e-6});
   return cases;
 }
@@ -292,28 +371,28 @@ std::vector<OpCase> sdpa_cases() {
     int64_t B, Hq, Hk, Sq, Skv, Dqk, Dv;
   };
   std::vector<OpCase> cases;
-  auto add_case = [&](const std::string& name, Shape4 s, std::function<void(SdpaOptions&, const Inputs&)> opt,
-                      bool float_mask = false, bool transpose_inputs = false) {
-    cases.push_back(
-        {"sdpa " + name,
-         [s, float_mask] {
-           Inputs in{r({s.B, s.Hq, s.Sq, s.Dqk}, 60), r({s.B, s.Hk, s.Skv, s.Dqk}, 61),
-                     r({s.B, s.Hk, s.Skv, s.Dv}, 62)};
-           if (float_mask) in.push_back(r({1, s.Hq, s.Sq, s.Skv}, 63));
-           return in;
-         },
-         [opt, transpose_inputs](const Inputs& in) {
-           SdpaOptions o;
-           opt(o, in);
-           if (in.size() > 3) o.mask = in[3];
-           Tensor q = in[0], k = in[1], v = in[2];
-           if (transpose_inputs) {  // strided (B, S, H, D) storage seen as (B, H, S, D)
-             q = q.transpose(1, 2).contiguous().transpose(1, 2);
-             k = k.transpose(1, 2).contiguous().transpose(1, 2);
-           }
-           return sdpa(q, k, v, o).out;
-         },
-         1e-5, 1e-4});
+  auto add_case = [&](const std::string& name, Shape4 s,
+                      std::function<void(SdpaOptions&, const Inputs&)> opt, bool float_mask = false,
+                      bool transpose_inputs = false) {
+    cases.push_back({"sdpa " + name,
+                     [s, float_mask] {
+                       Inputs in{r({s.B, s.Hq, s.Sq, s.Dqk}, 60), r({s.B, s.Hk, s.Skv, s.Dqk}, 61),
+                                 r({s.B, s.Hk, s.Skv, s.Dv}, 62)};
+                       if (float_mask) in.push_back(r({1, s.Hq, s.Sq, s.Skv}, 63));
+                       return in;
+                     },
+                     [opt, transpose_inputs](const Inputs& in) {
+                       SdpaOptions o;
+                       opt(o, in);
+                       if (in.size() > 3) o.mask = in[3];
+                       Tensor q = in[0], k = in[1], v = in[2];
+                       if (transpose_inputs) {  // strided (B, S, H, D) storage seen as (B, H, S, D)
+                         q = q.transpose(1, 2).contiguous().transpose(1, 2);
+                         k = k.transpose(1, 2).contiguous().transpose(1, 2);
+                       }
+                       return sdpa(q, k, v, o).out;
+                     },
+                     1e-5, 1e-4});
   };
   const Shape4 base{2, 4, 2, 37, 45, 16, 24};
   add_case("plain, GQA, Dqk != Dv, Sq != Skv", base, [](SdpaOptions&, const Inputs&) {});
@@ -323,13 +402,16 @@ std::vector<OpCase> sdpa_cases() {
     o.causal_align = CausalAlign::BottomRight;
     o.window = 9;
   });
-  add_case("float mask with its gradient", base, [](SdpaOptions&, const Inputs&) {}, true);
+  add_case(
+      "float mask with its gradient", base, [](SdpaOptions&, const Inputs&) {}, true);
   add_case("boolean mask and padding", base, [](SdpaOptions& o, const Inputs& in) {
     Generator g{5, 0};
     Tensor m = gt(rand({2, 1, 37, 45}, g).to(in[0].device()), 0.3);
     o.mask = m;
-    o.seq_len_q = from_vector(std::vector<int64_t>{30, 37}, {2}, TensorOptions(kInt64).device(in[0].device()));
-    o.seq_len_kv = from_vector(std::vector<int64_t>{45, 20}, {2}, TensorOptions(kInt64).device(in[0].device()));
+    o.seq_len_q = from_vector(std::vector<int64_t>{30, 37}, {2},
+                              TensorOptions(kInt64).device(in[0].device()));
+    o.seq_len_kv = from_vector(std::vector<int64_t>{45, 20}, {2},
+                               TensorOptions(kInt64).device(in[0].device()));
   });
   add_case("ALiBi, softcap, scale", base, [](SdpaOptions& o, const Inputs&) {
     o.alibi = true;
@@ -341,8 +423,9 @@ std::vector<OpCase> sdpa_cases() {
     o.seed = 11;
     o.offset = 8;
   });
-  add_case("strided inputs, MQA, head dim 100", {1, 3, 1, 20, 20, 100, 72},
-           [](SdpaOptions& o, const Inputs&) { o.causal = true; }, false, true);
+  add_case(
+      "strided inputs, MQA, head dim 100", {1, 3, 1, 20, 20, 100, 72},
+      [](SdpaOptions& o, const Inputs&) { o.causal = true; }, false, true);
   return cases;
 }
 
@@ -352,7 +435,9 @@ void run_all(const std::vector<OpCase>& cases) {
 
 }  // namespace
 
-TEST_CASE("parity: elementwise, broadcast, views and dtype copies") { run_all(elementwise_cases()); }
+TEST_CASE("parity: elementwise, broadcast, views and dtype copies") {
+  run_all(elementwise_cases());
+}
 TEST_CASE("parity: reductions") { run_all(reduction_cases()); }
 TEST_CASE("parity: matmul through cuBLAS") { run_all(matmul_cases()); }
 TEST_CASE("parity: nn ops (softmax, cross-entropy, embedding, rms_norm, rope, swiglu, dropout)") {
@@ -409,7 +494,8 @@ TEST_CASE("sdpa on CUDA: fully masked rows give zeros and -inf statistics") {
   Tensor k = tgtest::rnd({1, 1, 6, 8}, 2).to(kFloat32).to(kCUDA);
   Tensor v = tgtest::rnd({1, 1, 6, 8}, 3).to(kFloat32).to(kCUDA);
   SdpaOptions o;
-  o.mask = from_vector(std::vector<bool>(24, false), {1, 1, 4, 6}, TensorOptions(kBool).device(kCUDA));
+  o.mask =
+      from_vector(std::vector<bool>(24, false), {1, 1, 4, 6}, TensorOptions(kBool).device(kCUDA));
   SdpaResult res = sdpa(q, k, v, o);
   for (float x : res.out.to_vector<float>()) CHECK(x == 0.0f);
   for (float s : res.stats.to_vector<float>()) CHECK(std::isinf(s));
@@ -434,10 +520,11 @@ TEST_CASE("the caching allocator: no cudaMalloc once a step's sizes have been se
 TEST_CASE("device errors are tg::Error with the op and the devices named") {
   Tensor a = ones({3}), b = ones({3}, TensorOptions().device(kCUDA));
   tgtest::check_throws_with_prefix([&] { add(a, b); }, "[add]", "cuda:0");
-  tgtest::check_throws_with_prefix([] { zeros({2}, TensorOptions().device(Device(DeviceType::CUDA, 99))); },
-                                   "[cuda]", "out of range");
   tgtest::check_throws_with_prefix(
-      [] { empty({int64_t(1) << 45}, TensorOptions().device(kCUDA)); }, "[cuda]", "out of memory");
+      [] { zeros({2}, TensorOptions().device(Device(DeviceType::CUDA, 99))); }, "[cuda]",
+      "out of range");
+  tgtest::check_throws_with_prefix([] { empty({int64_t(1) << 45}, TensorOptions().device(kCUDA)); },
+                                   "[cuda]", "out of memory");
   Tensor q = zeros({1, 1, 2, 300}, TensorOptions().device(kCUDA));
   tgtest::check_throws_with_prefix([&] { sdpa(q, q, q); }, "[sdpa]", "head dims up to 256");
 }
@@ -452,7 +539,8 @@ TEST_CASE("a transformer trains on CUDA: loss and gradients track the CPU's") {
   cfg.attn_dropout = 0.1;
   nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
   gpu_model.to(kCUDA);
-  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}), gpu_opt(gpu_model.named_parameters(), {1e-2});
+  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}),
+      gpu_opt(gpu_model.named_parameters(), {1e-2});
   auto task = nn::make_task("reverse", 6);
   for (int64_t step = 0; step < 5; ++step) {
     nn::Batch batch = nn::task_batch(*task, 16, 1, step);

@@ -168,14 +168,12 @@ void CudaBackend::where(const View& cond, const View& a, const View& b, const Vi
   cudaStream_t s = enter(device);
   const int64_t n = out.numel();
   if (!n) return;
-  Offsets<4> o =
-      make_offsets<4>(out.sizes, {&out.strides, &cond.strides, &a.strides, &b.strides});
+  Offsets<4> o = make_offsets<4>(out.sizes, {&out.strides, &cond.strides, &a.strides, &b.strides});
   dispatch(out.dtype, [&](auto t) {
     using T = decltype(t);
-    where_kernel<<<grid_for(n), kThreads, 0, s>>>(o, static_cast<T*>(out.data),
-                                                  static_cast<const bool*>(cond.data),
-                                                  static_cast<const T*>(a.data),
-                                                  static_cast<const T*>(b.data), n);
+    where_kernel<<<grid_for(n), kThreads, 0, s>>>(
+        o, static_cast<T*>(out.data), static_cast<const bool*>(cond.data),
+        static_cast<const T*>(a.data), static_cast<const T*>(b.data), n);
   });
   check_launch("where kernel");
 }

@@ -8,20 +8,20 @@
 namespace tg::cuda {
 namespace {
 
-void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                  int k, const float* a, int lda, int64_t sa, const float* b, int ldb, int64_t sb,
+void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const float* a, int lda, int64_t sa, const float* b, int ldb, int64_t sb,
                   float* c, int ldc, int64_t sc, int batch) {
   const float one = 1, zero = 0;
-  check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
-                                         c, ldc, sc, batch),
+  check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c,
+                                         ldc, sc, batch),
                "cublasSgemmStridedBatched");
 }
-void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                  int k, const double* a, int lda, int64_t sa, const double* b, int ldb,
-                  int64_t sb, double* c, int ldc, int64_t sc, int batch) {
+void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const double* a, int lda, int64_t sa, const double* b, int ldb, int64_t sb,
+                  double* c, int ldc, int64_t sc, int batch) {
   const double one = 1, zero = 0;
-  check_cublas(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
-                                         c, ldc, sc, batch),
+  check_cublas(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c,
+                                         ldc, sc, batch),
                "cublasDgemmStridedBatched");
 }
 
@@ -67,8 +67,8 @@ void matmul_typed(int device, const View& a, const View& b, const View& c) {
       continue;
     }
     // C^T (n x m) = op(B^T) (n x k) op(A^T) (k x m).
-    gemm_batched(h, rb ? CUBLAS_OP_N : CUBLAS_OP_T, ra ? CUBLAS_OP_N : CUBLAS_OP_T,
-                 to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), bp + offs[2],
+    gemm_batched(h, rb ? CUBLAS_OP_N : CUBLAS_OP_T, ra ? CUBLAS_OP_N : CUBLAS_OP_T, to_int(n, "n"),
+                 to_int(m, "m"), to_int(k, "k"), bp + offs[2],
                  to_int(std::max<int64_t>(ldb, 1), "ldb"), l.strides[2][nl - 1], ap + offs[1],
                  to_int(std::max<int64_t>(lda, 1), "lda"), l.strides[1][nl - 1], cp + offs[0],
                  to_int(std::max<int64_t>(ldc, 1), "ldc"), l.strides[0][nl - 1],

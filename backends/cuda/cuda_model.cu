@@ -21,8 +21,8 @@ unsigned row_blocks(int64_t rows) {
 }
 
 template <class T>
-__global__ void rms_forward_kernel(const T* x, const T* w, double eps, T* y, T* rstd,
-                                   int64_t rows, int64_t d) {
+__global__ void rms_forward_kernel(const T* x, const T* w, double eps, T* y, T* rstd, int64_t rows,
+                                   int64_t d) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -51,7 +51,8 @@ __global__ void rms_backward_dx_kernel(const T* dy, const T* x, const T* w, cons
   const T rs = rstd[r];
   const T k = static_cast<T>(static_cast<double>(rs) * rs * rs * dot / static_cast<double>(d));
   T* o = dx + r * d;
-  for (int64_t c = lane; c < d; c += 32) o[c] = w ? rs * g[c] * w[c] - k * xr[c] : rs * g[c] - k * xr[c];
+  for (int64_t c = lane; c < d; c += 32)
+    o[c] = w ? rs * g[c] * w[c] - k * xr[c] : rs * g[c] - k * xr[c];
 }
 
 // dw in two fixed-order passes: partial[chunk, c] over kRowChunk rows, then over the chunks.
@@ -136,14 +137,14 @@ void CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, con
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     rms_forward_kernel<<<row_blocks(rows), kThreads, 0, s>>>(
-        static_cast<const T*>(x.data), static_cast<const T*>(w.data), eps,
-        static_cast<T*>(y.data), static_cast<T*>(rstd.data), rows, d);
+        static_cast<const T*>(x.data), static_cast<const T*>(w.data), eps, static_cast<T*>(y.data),
+        static_cast<T*>(rstd.data), rows, d);
   });
   check_launch("rms_norm kernel");
 }
 
-void CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
-                                    const View& rstd, const View& dx, const View& dw) {
+void CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+                                    const View& dx, const View& dw) {
   cudaStream_t s = enter(device);
   const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
   if (!rows) return;
@@ -202,9 +203,9 @@ void CudaBackend::swiglu_backward(const View& dout, const View& x, const View& d
   if (!n) return;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
-    swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(
-        static_cast<const T*>(dout.data), static_cast<const T*>(x.data), static_cast<T*>(dx.data),
-        n, f);
+    swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(dout.data),
+                                                            static_cast<const T*>(x.data),
+                                                            static_cast<T*>(dx.data), n, f);
   });
   check_launch("swiglu backward kernel");
 }

@@ -25,8 +25,8 @@ __global__ void normal_kernel(T* out, uint64_t seed, uint64_t offset, int64_t n)
 }
 
 template <class T>
-__global__ void dropout_kernel(const T* x, T* out, float p, T scale, uint64_t seed,
-                               uint64_t offset, int64_t n) {
+__global__ void dropout_kernel(const T* x, T* out, float p, T scale, uint64_t seed, uint64_t offset,
+                               int64_t n) {
   TG_GRID_STRIDE(i, n) { out[i] = philox_uniform(seed, offset + i) > p ? x[i] * scale : T(0); }
 }
 

@@ -74,8 +74,9 @@ __global__ void reduce_kernel(Offsets<2> kept, Offsets<1> red, const T* x, T* ou
           if (is_sum) {
             s_v[threadIdx.x] += s_v[other];
           } else {
-            Partial<Acc> q = pick(Partial<Acc>{s_v[threadIdx.x], s_i[threadIdx.x], s_nan[threadIdx.x]},
-                                  Partial<Acc>{s_v[other], s_i[other], s_nan[other]}, is_max);
+            Partial<Acc> q =
+                pick(Partial<Acc>{s_v[threadIdx.x], s_i[threadIdx.x], s_nan[threadIdx.x]},
+                     Partial<Acc>{s_v[other], s_i[other], s_nan[other]}, is_max);
             s_v[threadIdx.x] = q.v;
             s_i[threadIdx.x] = q.idx;
             s_nan[threadIdx.x] = q.nan;
@@ -119,7 +120,8 @@ __global__ void finish_kernel(Offsets<2> kept, const Partial<Acc>* partial, int6
 }
 
 template <class T, class Acc>
-void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const View& out, const View& arg) {
+void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const View& out,
+                  const View& arg) {
   const size_t nd = x.sizes.size();
   Shape kept_sizes, kept_xst, kept_ost, red_sizes, red_st;
   for (size_t d = 0; d < nd; ++d) {
@@ -143,8 +145,8 @@ void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const 
   T* op_ = static_cast<T*>(out.data);
   int64_t* ap = static_cast<int64_t*>(arg.data);
   if (n_red <= 16 || (adjacent_outputs && n_out >= 2048)) {
-    reduce_kernel<T, Acc, 1><<<grid_for(n_out), kThreads, 0, s>>>(
-        kept, red, xp, op_, ap, nullptr, 1, n_red, n_out, n_red, op);
+    reduce_kernel<T, Acc, 1><<<grid_for(n_out), kThreads, 0, s>>>(kept, red, xp, op_, ap, nullptr,
+                                                                  1, n_red, n_out, n_red, op);
   } else if (n_out < 64 && n_red >= 32768) {
     // Few long reductions: split each into chunks of 8192 (at most 128) reduced by a block
     // each, then add the chunks in order: deterministic, and the whole GPU at work.
@@ -154,8 +156,8 @@ void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const 
     reduce_kernel<T, Acc, kThreads><<<grid_for(n_out * chunks * kThreads), kThreads, 0, s>>>(
         kept, red, xp, op_, ap, partial.as<Partial<Acc>>(), chunks, chunk_len, n_out, n_red, op);
     check_launch("reduce kernel");
-    finish_kernel<T, Acc><<<grid_for(n_out), kThreads, 0, s>>>(
-        kept, partial.as<Partial<Acc>>(), chunks, op_, ap, n_out, op);
+    finish_kernel<T, Acc><<<grid_for(n_out), kThreads, 0, s>>>(kept, partial.as<Partial<Acc>>(),
+                                                               chunks, op_, ap, n_out, op);
   } else {
     reduce_kernel<T, Acc, 32><<<grid_for(n_out * 32), kThreads, 0, s>>>(
         kept, red, xp, op_, ap, nullptr, 1, n_red, n_out, n_red, op);

@@ -38,8 +38,8 @@ __global__ void rank_kernel(const int64_t* ids, int64_t n, int64_t* order) {
 }
 
 template <class T>
-__global__ void scatter_add_kernel(const T* g, const int64_t* ids, const int64_t* order,
-                                   int64_t n, int64_t d, T* gw) {
+__global__ void scatter_add_kernel(const T* g, const int64_t* ids, const int64_t* order, int64_t n,
+                                   int64_t d, T* gw) {
   TG_GRID_STRIDE(e, n * d) {
     const int64_t p = e / d, c = e % d;
     const int64_t id = ids[order[p]];
@@ -76,9 +76,9 @@ void CudaBackend::scatter_add_rows(const View& grad, const View& ids, const View
   check_launch("scatter_add_rows rank kernel");
   dispatch_float(grad.dtype, [&](auto t) {
     using T = decltype(t);
-    scatter_add_kernel<<<grid_for(n * d), kThreads, 0, s>>>(
-        static_cast<const T*>(grad.data), id, order.as<int64_t>(), n, d,
-        static_cast<T*>(grad_weight.data));
+    scatter_add_kernel<<<grid_for(n * d), kThreads, 0, s>>>(static_cast<const T*>(grad.data), id,
+                                                            order.as<int64_t>(), n, d,
+                                                            static_cast<T*>(grad_weight.data));
   });
   check_launch("scatter_add_rows kernel");
 }

@@ -343,7 +343,9 @@ void with_per_lane(int64_t dim, F&& f) {
   }
 }
 
-unsigned blocks_for_rows(int64_t rows) { return static_cast<unsigned>((rows + kWarps - 1) / kWarps); }
+unsigned blocks_for_rows(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+}
 
 template <class T>
 void forward_typed(int device, const SdpaParams& p) {
@@ -353,8 +355,7 @@ void forward_typed(int device, const SdpaParams& p) {
   if (!rows) return;
   const size_t smem = kWarps * a.Dqk * sizeof(T);
   with_per_lane(a.Dv, [&](auto per) {
-    forward_kernel<T, decltype(per)::value>
-        <<<blocks_for_rows(rows), kWarps * 32, smem, s>>>(a);
+    forward_kernel<T, decltype(per)::value><<<blocks_for_rows(rows), kWarps * 32, smem, s>>>(a);
   });
   check_launch("sdpa forward kernel");
 }

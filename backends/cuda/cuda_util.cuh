@@ -83,8 +83,8 @@ struct Offsets {
 template <int N>
 Offsets<N> make_offsets(const Shape& sizes, const std::array<const Shape*, N>& strides) {
   Loop<N> l = coalesce<N>(sizes, strides);
-  TG_CHECK(static_cast<int>(l.sizes.size()) <= kMaxDims, "cuda", "views of rank up to ",
-           kMaxDims, " after merging dims are supported, got ", l.sizes.size());
+  TG_CHECK(static_cast<int>(l.sizes.size()) <= kMaxDims, "cuda", "views of rank up to ", kMaxDims,
+           " after merging dims are supported, got ", l.sizes.size());
   Offsets<N> o;
   o.nd = static_cast<int>(l.sizes.size());
   o.contiguous = o.nd == 1;
@@ -98,7 +98,7 @@ Offsets<N> make_offsets(const Shape& sizes, const std::array<const Shape*, N>& s
   return o;
 }
 
-#define TG_GRID_STRIDE(i, n)                                                              \
+#define TG_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
