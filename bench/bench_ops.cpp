@@ -3,7 +3,9 @@
 //   name <TAB> tapegrad ms <TAB> reference ms
 // bench/compare_torch.py runs this and the same ops in PyTorch and prints the ratios.
 //
-//   bench_ops [threads]
+//   bench_ops [threads] [cpu|cuda]
+// On CUDA each timed run ends with a device synchronization, and the reference column is 0
+// (the references are CPU loops).
 #include <tapegrad.h>
 #include <Eigen/Core>
 #include <algorithm>
@@ -12,17 +14,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace {
 
+bool g_cuda = false;
+
 // Median of `reps` timed runs after one warm-up, in milliseconds.
 double time_ms(const std::function<void()>& fn, int reps = 9) {
-  fn();
+  auto run = [&] {
+    fn();
+    if (g_cuda) tg::cuda_synchronize();
+  };
+  run();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto a = std::chrono::steady_clock::now();
-    fn();
+    run();
     auto b = std::chrono::steady_clock::now();
     t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
   }
@@ -39,6 +48,10 @@ void row(const char* name, double ours, double ref) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   tg::set_num_threads(threads);
+  g_cuda = argc > 2 && std::string(argv[2]) == "cuda";
+  const tg::Device dev = g_cuda ? tg::kCUDA : tg::kCPU;
+  // Plain CPU loops as the reference; skipped (0) on CUDA.
+  auto ref_ms = [&](const std::function<void()>& fn) { return g_cuda ? 0.0 : time_ms(fn); };
   tg::Generator gen{1, 0};
 
   for (int64_t n : {256, 512, 1024}) {
@@ -46,14 +59,17 @@ int main(int argc, char** argv) {
     using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     Eigen::Map<const Mat> ea(a.data_ptr<float>(), n, n), eb(b.data_ptr<float>(), n, n);
     Mat ec(n, n);
+    double ref = ref_ms([&] { ec.noalias() = ea * eb; });
+    a = a.to(dev);
+    b = b.to(dev);
     double ours = time_ms([&] { tg::matmul(a, b); });
-    double ref = time_ms([&] { ec.noalias() = ea * eb; });
     char name[64];
     std::snprintf(name, sizeof name, "matmul_f32_%lld", static_cast<long long>(n));
     row(name, ours, ref);
   }
   {
-    tg::Tensor a = tg::randn({8, 64, 256, 64}, gen), b = tg::randn({8, 64, 64, 256}, gen);
+    tg::Tensor a = tg::randn({8, 64, 256, 64}, gen).to(dev),
+               b = tg::randn({8, 64, 64, 256}, gen).to(dev);
     double ours = time_ms([&] { tg::matmul(a, b); });
     row("bmm_f32_512x256x64x256", ours, 0);
   }
@@ -63,12 +79,15 @@ int main(int argc, char** argv) {
   std::vector<float> out(n);
   const float* xp = x.data_ptr<float>();
   const float* yp = y.data_ptr<float>();
-  row("add_f32_4M", time_ms([&] { tg::add(x, y); }), time_ms([&] {
+  const tg::Tensor keep_x = x, keep_y = y;  // the CPU buffers the references read
+  x = x.to(dev);
+  y = y.to(dev);
+  row("add_f32_4M", time_ms([&] { tg::add(x, y); }), ref_ms([&] {
         float* o = out.data();
 #pragma omp parallel for
         for (int64_t i = 0; i < n; ++i) o[i] = xp[i] + yp[i];
       }));
-  row("gelu_f32_4M", time_ms([&] { tg::gelu(x); }), time_ms([&] {
+  row("gelu_f32_4M", time_ms([&] { tg::gelu(x); }), ref_ms([&] {
         float* o = out.data();
 #pragma omp parallel for
         for (int64_t i = 0; i < n; ++i) {
@@ -77,7 +96,7 @@ int main(int argc, char** argv) {
         }
       }));
   tg::Tensor m = x.reshape({4096, 1024});
-  row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), time_ms([&] {
+  row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), ref_ms([&] {
         float* o = out.data();
 #pragma omp parallel for
         for (int64_t r = 0; r < 4096; ++r) {
@@ -88,7 +107,7 @@ int main(int argc, char** argv) {
       }));
   row("softmax_f32_4096x1024", time_ms([&] { tg::softmax(m, -1); }), 0);
   tg::Tensor mg = m.detach().requires_grad_();
-  tg::Tensor gout = tg::randn({4096, 1024}, gen);
+  tg::Tensor gout = tg::randn({4096, 1024}, gen).to(dev);
   row("softmax_fwd_bwd_f32_4096x1024", time_ms([&] {
         tg::softmax(mg, -1).backward(gout);
         mg.zero_grad();

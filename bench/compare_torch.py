@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Runs bench_ops and the same ops in PyTorch (CPU, same thread count), prints the ratios.
+"""Runs bench_ops and the same ops in PyTorch (same device, same thread count), prints the
+ratios.
 
-    python bench/compare_torch.py build/bench/bench/bench_ops [threads]
+    python bench/compare_torch.py build/bench/bench/bench_ops [threads] [cpu|cuda]
 
 PyTorch is the yardstick only: install it in a virtual environment (pip install torch);
 it is never a dependency of the library, its tests or CI.
@@ -13,22 +14,26 @@ import torch
 from bench_util import median_ms
 
 
-def torch_cases():
+def torch_cases(device):
     g = torch.Generator().manual_seed(1)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
     cases = {}
     for n in (256, 512, 1024):
-        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        a, b = randn(n, n), randn(n, n)
         cases[f"matmul_f32_{n}"] = lambda a=a, b=b: a @ b
-    a, b = torch.randn(8, 64, 256, 64, generator=g), torch.randn(8, 64, 64, 256, generator=g)
+    a, b = randn(8, 64, 256, 64), randn(8, 64, 64, 256)
     cases["bmm_f32_512x256x64x256"] = lambda: a @ b
-    x, y = torch.randn(1 << 22, generator=g), torch.randn(1 << 22, generator=g)
+    x, y = randn(1 << 22), randn(1 << 22)
     cases["add_f32_4M"] = lambda: x + y
     cases["gelu_f32_4M"] = lambda: torch.nn.functional.gelu(x, approximate="tanh")
     m = x.reshape(4096, 1024)
     cases["sum_lastdim_f32_4096x1024"] = lambda: m.sum(1)
     cases["softmax_f32_4096x1024"] = lambda: torch.softmax(m, -1)
     mg = m.clone().requires_grad_()
-    gout = torch.randn(4096, 1024, generator=g)
+    gout = randn(4096, 1024)
 
     def fwd_bwd():
         torch.softmax(mg, -1).backward(gout)
@@ -37,20 +42,24 @@ def torch_cases():
     cases["softmax_fwd_bwd_f32_4096x1024"] = fwd_bwd
     mt = m.t()
     cases["transpose_copy_f32_1024x4096"] = lambda: mt.contiguous()
+    if device == "cuda":  # time the work, not the launch
+        cases = {k: (lambda f=f: (f(), torch.cuda.synchronize())) for k, f in cases.items()}
     return cases
 
 
 def main():
     exe = sys.argv[1]
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     torch.set_num_threads(threads)
-    out = subprocess.run([exe, str(threads)], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([exe, str(threads), device], check=True, capture_output=True,
+                         text=True).stdout
     ours = {}
     for line in out.splitlines():
         name, t_ours, t_ref = line.split("\t")
         ours[name] = (float(t_ours), float(t_ref))
-    cases = torch_cases()
-    print(f"torch {torch.__version__}, {threads} threads; times are medians in ms")
+    cases = torch_cases(device)
+    print(f"torch {torch.__version__}, {device}, {threads} threads; times are medians in ms")
     print("| case | tapegrad | plain reference | PyTorch | PyTorch / tapegrad |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, (t, ref) in ours.items():

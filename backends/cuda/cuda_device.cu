@@ -204,10 +204,7 @@ Backend& cuda_backend(int device) {
   return *backends.emplace(device, std::make_unique<cuda::CudaBackend>(device)).first->second;
 }
 
-void cuda_synchronize(int device) {
-  cuda::enter(device);
-  TG_CUDA(cudaStreamSynchronize(cuda::enter(device)));
-}
+void cuda_synchronize(int device) { TG_CUDA(cudaStreamSynchronize(cuda::enter(device))); }
 
 void cuda_empty_cache() {
   cuda::CachingAllocator& a = cuda::caching_allocator();

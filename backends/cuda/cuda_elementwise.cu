@@ -38,6 +38,15 @@ __global__ void where_kernel(Offsets<4> o, T* out, const bool* c, const T* a, co
 }
 
 template <class T>
+__global__ void fill_kernel(Offsets<1> o, T* out, T value, int64_t n) {
+  TG_GRID_STRIDE(i, n) {
+    int64_t off[1];
+    o.at(i, off);
+    out[off[0]] = value;
+  }
+}
+
+template <class T>
 __global__ void arange_kernel(T* out, double start, double step, int64_t n) {
   TG_GRID_STRIDE(i, n) { out[i] = static_cast<T>(start + static_cast<double>(i) * step); }
 }
@@ -45,11 +54,6 @@ __global__ void arange_kernel(T* out, double start, double step, int64_t n) {
 template <class To, class Ti>
 struct Cast {
   __device__ To operator()(Ti v) const { return static_cast<To>(v); }
-};
-template <class T>
-struct Constant {
-  T v;
-  __device__ T operator()(T) const { return v; }
 };
 template <class T>
 struct Unary {
@@ -117,10 +121,15 @@ void CudaBackend::copy(const View& src, const View& dst) {
 
 void CudaBackend::fill(const View& dst, double value) {
   cudaStream_t s = enter(device);
+  const int64_t n = dst.numel();
+  if (!n) return;
+  Offsets<1> o = make_offsets<1>(dst.sizes, {&dst.strides});
   dispatch(dst.dtype, [&](auto t) {
     using T = decltype(t);
-    map1<T, T>(s, dst, dst, Constant<T>{static_cast<T>(value)});
+    fill_kernel<<<grid_for(n), kThreads, 0, s>>>(o, static_cast<T*>(dst.data),
+                                                 static_cast<T>(value), n);
   });
+  check_launch("fill kernel");
 }
 
 void CudaBackend::arange(const View& dst, double start, double step) {
