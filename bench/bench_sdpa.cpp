@@ -1,7 +1,8 @@
 // SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
 // same function composed from primitive ops), then peak memory at long sequences.
 //
-//   bench_sdpa [threads]
+//   bench_sdpa [threads] [cpu|cuda|memory]
+// On CUDA: the shapes of the SDPA-on-CUDA issue, each timed run ending with a device sync.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".
@@ -18,7 +19,13 @@
 
 namespace {
 
-double time_ms(const std::function<void()>& fn, int reps) {
+tg::Device g_device = tg::kCPU;
+
+double time_ms(const std::function<void()>& body, int reps) {
+  auto fn = [&] {
+    body();
+    if (g_device.is_cuda()) tg::cuda_synchronize();
+  };
   fn();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -38,9 +45,11 @@ struct Case {
 
 void run_case(const Case& c) {
   tg::Generator gen{1, 0};
-  auto make = [&](int64_t H) { return tg::randn({c.B, H, c.S, c.D}, gen).requires_grad_(); };
+  auto make = [&](int64_t H) {
+    return tg::randn({c.B, H, c.S, c.D}, gen).to(g_device).requires_grad_();
+  };
   tg::Tensor q = make(c.Hq), k = make(c.Hk), v = make(c.Hk);
-  tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen);
+  tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen).to(g_device);
   tg::SdpaOptions o;
   o.causal = c.causal;
   const int reps = c.S >= 1024 ? 3 : 5;
@@ -98,8 +107,16 @@ void run_memory(int64_t S) {
 
 int main(int argc, char** argv) {
   tg::set_num_threads(argc > 1 ? std::atoi(argv[1]) : 2);
-  const bool memory_only = argc > 2 && std::string(argv[2]) == "memory";
-  if (!memory_only) {
+  const std::string mode = argc > 2 ? argv[2] : "cpu";
+  if (mode == "cuda") {
+    g_device = tg::kCUDA;
+    for (bool causal : {false, true}) {
+      run_case({4, 16, 16, 2048, 64, causal});
+      run_case({1, 8, 8, 8192, 128, causal});
+    }
+    return 0;
+  }
+  if (mode != "memory") {
     for (bool causal : {false, true}) {
       run_case({4, 8, 8, 256, 64, causal});
       run_case({1, 8, 8, 1024, 64, causal});

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Runs bench_sdpa and PyTorch's CPU scaled_dot_product_attention (flash kernel, and the
-unfused math path) on the same shapes and thread count; prints a table with the ratios.
+"""Runs bench_sdpa and PyTorch's scaled_dot_product_attention (its fused kernel, and the
+unfused math path) on the same shapes, device and thread count; prints a table with the
+ratios. On the CPU the fused kernel is PyTorch's flash kernel; on CUDA in float32 it is the
+memory-efficient kernel (flash needs 16-bit inputs there).
 
-    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads]
+    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda]
 
 PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
@@ -15,23 +17,28 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bench_util import median_ms
 
 
-def torch_times(b, hq, hk, s, d, causal, backend):
+def torch_times(b, hq, hk, s, d, causal, backend, device):
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(b, hq, s, d, generator=g, requires_grad=True)
-    k = torch.randn(b, hk, s, d, generator=g, requires_grad=True)
-    v = torch.randn(b, hk, s, d, generator=g, requires_grad=True)
-    dout = torch.randn(b, hq, s, d, generator=g)
+
+    def randn(*shape, grad=True):
+        return torch.randn(*shape, generator=g).to(device).requires_grad_(grad)
+
+    q, k, v = randn(b, hq, s, d), randn(b, hk, s, d), randn(b, hk, s, d)
+    dout = randn(b, hq, s, d, grad=False)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     gqa = hq != hk
     reps = 3 if s >= 1024 else 5
 
     def fwd():
         with torch.no_grad(), sdpa_kernel(backend):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        sync()
 
     def fwd_bwd():
         with sdpa_kernel(backend):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         torch.autograd.grad(out, (q, k, v), dout)
+        sync()
 
     return median_ms(fwd, reps), median_ms(fwd_bwd, reps)
 
@@ -39,11 +46,15 @@ def torch_times(b, hq, hk, s, d, causal, backend):
 def main():
     exe = sys.argv[1]
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    fused = SDPBackend.EFFICIENT_ATTENTION if device == "cuda" else SDPBackend.FLASH_ATTENTION
     torch.set_num_threads(threads)
-    out = subprocess.run([exe, str(threads)], check=True, capture_output=True, text=True).stdout
-    print(f"torch {torch.__version__}, {threads} threads, float32; times are medians in ms")
-    print("| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch flash fwd+bwd | "
-          "flash / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
+    out = subprocess.run([exe, str(threads), device], check=True, capture_output=True,
+                         text=True).stdout
+    print(f"torch {torch.__version__}, {device}, {threads} threads, float32; "
+          "times are medians in ms")
+    print(f"| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch {fused.name} fwd+bwd | "
+          "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     mem = []
     for line in out.splitlines():
@@ -55,8 +66,8 @@ def main():
         parts = name.split("_")
         b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
         causal = name.endswith("causal")
-        _, flash_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.FLASH_ATTENTION)
-        _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH)
+        _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device)
+        _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device)
         print(f"| {name} | {fwd:.2f} | {gf:.1f} | {fb:.2f} | {gfb:.1f} | {flash_fb:.2f} | "
               f"{flash_fb / fb:.2f} | {math_fb:.2f} | {math_fb / fb:.2f} | {rfb:.2f} |")
     for _, s, peak, rss in mem:
