@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "backends/cuda_api.h"
+#include "core/error.h"
 
 namespace tg {
 
@@ -26,7 +27,12 @@ class Timed {
     start_ = std::chrono::steady_clock::now();
   }
   ~Timed() {
-    if (cuda_device_ >= 0) cuda_synchronize(cuda_device_);
+    if (cuda_device_ >= 0) {
+      try {
+        cuda_synchronize(cuda_device_);
+      } catch (const Error&) {  // a failed kernel: reported by the next call, never here
+      }
+    }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();

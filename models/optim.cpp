@@ -1,7 +1,6 @@
 #include "models/optim.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <numbers>
 
