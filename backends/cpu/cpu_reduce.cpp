@@ -3,28 +3,16 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/reduce_dims.h"
 
 namespace tg::cpu {
 namespace {
 
 template <class T, class Acc>
 void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) {
-  const int nd = static_cast<int>(x.sizes.size());
-  Shape kept_sizes, kept_xst, kept_ost, red_sizes, red_st;
-  for (int d = 0; d < nd; ++d) {
-    if (out.sizes[d] == 1 && x.sizes[d] != 1) {
-      red_sizes.push_back(x.sizes[d]);
-      red_st.push_back(x.strides[d]);
-    } else {
-      kept_sizes.push_back(x.sizes[d]);
-      kept_xst.push_back(x.strides[d]);
-      kept_ost.push_back(out.strides[d]);
-    }
-  }
-  if (red_sizes.empty()) {  // reducing only size-1 dims: a copy
-    red_sizes.push_back(1);
-    red_st.push_back(0);
-  }
+  const ReduceDims rd = split_reduce_dims(x, out);
+  const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst, &kept_ost = rd.kept_ost;
+  const Shape &red_sizes = rd.red_sizes, &red_st = rd.red_st;
   const int64_t n_out = numel_of(kept_sizes), n_red = numel_of(red_sizes);
   const int nr = static_cast<int>(red_sizes.size());
   const int64_t inner = red_sizes[nr - 1], inner_st = red_st[nr - 1];

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/reduce_dims.h"
 
 namespace tg::cuda {
 namespace {
@@ -122,22 +123,12 @@ __global__ void finish_kernel(Offsets<2> kept, const Partial<Acc>* partial, int6
 template <class T, class Acc>
 void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const View& out,
                   const View& arg) {
-  const size_t nd = x.sizes.size();
-  Shape kept_sizes, kept_xst, kept_ost, red_sizes, red_st;
-  for (size_t d = 0; d < nd; ++d) {
-    if (out.sizes[d] == 1 && x.sizes[d] != 1) {
-      red_sizes.push_back(x.sizes[d]);
-      red_st.push_back(x.strides[d]);
-    } else {
-      kept_sizes.push_back(x.sizes[d]);
-      kept_xst.push_back(x.strides[d]);
-      kept_ost.push_back(out.strides[d]);
-    }
-  }
-  const int64_t n_out = numel_of(kept_sizes), n_red = numel_of(red_sizes);
+  const ReduceDims rd = split_reduce_dims(x, out);
+  const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst, &kept_ost = rd.kept_ost;
+  const int64_t n_out = numel_of(kept_sizes), n_red = numel_of(rd.red_sizes);
   if (n_out == 0) return;
   Offsets<2> kept = make_offsets<2>(kept_sizes, {&kept_xst, &kept_ost});
-  Offsets<1> red = make_offsets<1>(red_sizes, {&red_st});
+  Offsets<1> red = make_offsets<1>(rd.red_sizes, {&rd.red_st});
   // One thread per output when the outputs are many and adjacent in x (coalesced loads) or the
   // reductions short; a block per output for a few long reductions; a warp otherwise.
   const bool adjacent_outputs = !kept_xst.empty() && kept_xst.back() == 1;
