@@ -20,5 +20,8 @@ struct CudaMemoryStats {
 CudaMemoryStats cuda_memory_stats(int device = 0);
 // Returns the cached blocks to the driver (waits for the devices first).
 void cuda_empty_cache();
+// For tests: while on, every block the allocator hands out is first filled with 0xFF bytes
+// (NaN as float32 and float64), so a kernel that leaves an output element unwritten shows.
+void cuda_poison_allocations(bool on);
 
 }  // namespace tg

@@ -17,5 +17,6 @@ int cuda_device_count() { return 0; }
 void cuda_synchronize(int) { built_without_cuda(); }
 CudaMemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_empty_cache() {}
+void cuda_poison_allocations(bool) {}
 
 }  // namespace tg

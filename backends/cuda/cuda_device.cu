@@ -81,6 +81,7 @@ struct CachingAllocator final : Allocator {
   };
   std::mutex mutex;
   std::map<int, PerDevice> devices;
+  bool poison = false;  // fill every block handed out with 0xFF bytes (NaN floats)
 
   static size_t round(size_t bytes) {
     const size_t kSmall = 512, kLarge = size_t(2) << 20;  // 512 B steps below 1 MiB, 2 MiB above
@@ -117,6 +118,7 @@ struct CachingAllocator final : Allocator {
     }
     pd.in_use += static_cast<int64_t>(size);
     if (pd.in_use > pd.peak) pd.peak = pd.in_use;
+    if (poison) TG_CUDA(cudaMemsetAsync(p, 0xFF, size, enter(d.index)));
     return p;
   }
 
@@ -210,6 +212,12 @@ void cuda_empty_cache() {
   cuda::CachingAllocator& a = cuda::caching_allocator();
   std::lock_guard<std::mutex> lock(a.mutex);
   for (auto& [device, pd] : a.devices) cuda::CachingAllocator::release(device, pd);
+}
+
+void cuda_poison_allocations(bool on) {
+  cuda::CachingAllocator& a = cuda::caching_allocator();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  a.poison = on;
 }
 
 CudaMemoryStats cuda_memory_stats(int device) {

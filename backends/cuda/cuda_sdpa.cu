@@ -1,95 +1,91 @@
-// SDPA on CUDA, the simple exact version: a warp per query row (forward, and the backward's
-// dQ pass) or per key row (the backward's dK/dV pass), keys or queries taken 32 at a time,
-// one per lane, with the online softmax of the forward and P rebuilt from the saved
-// logsumexp in the backward. Every option of DESIGN.md §4 through the same per-element rules
-// as the CPU (sdpa_params.h); nothing of size Sq x Skv is held, no atomics, so the backward
-// is deterministic. The flash-style tiled kernels are the SDPA-on-CUDA issue's; these are
-// the reference they will be checked against, and what trains the model meanwhile.
+// SDPA on CUDA. float32 with head dims up to 128 runs the tiled kernels of
+// cuda_sdpa_flash.cu; the rest (float64, larger heads) runs the simple exact version here: a
+// warp per query row (forward, and the backward's dQ pass) or per key row (the backward's
+// dK/dV pass), keys or queries taken 32 at a time, one per lane, with the online softmax of
+// the forward and P rebuilt from the saved logsumexp in the backward. Every option of
+// DESIGN.md §4 through the same per-element rules as the CPU (sdpa_params.h); nothing of
+// size Sq x Skv is held, no atomics, so the backward is deterministic.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_sdpa_args.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/scalar_ops.h"
 
 namespace tg::cuda {
+
+namespace {
+void strides4(const View& v, int64_t* out) {
+  for (int d = 0; d < 4; ++d) out[d] = v.data ? v.strides[d] : 0;
+}
+
+}  // namespace
+
+template <class T>
+Args<T> make_args(const SdpaParams& p) {
+  Args<T> a{};
+  a.q = static_cast<const T*>(p.q.data);
+  a.k = static_cast<const T*>(p.k.data);
+  a.v = static_cast<const T*>(p.v.data);
+  strides4(p.q, a.qs);
+  strides4(p.k, a.ks);
+  strides4(p.v, a.vs);
+  a.out = static_cast<T*>(p.out.data);
+  a.o = a.out;
+  strides4(p.out, a.outs);
+  strides4(p.out, a.os);
+  a.stats = static_cast<T*>(p.stats.data);
+  a.mask = p.mask.data;
+  a.mask_bool = p.mask.dtype == kBool;
+  strides4(p.mask, a.ms);
+  a.lens_q = static_cast<const int64_t*>(p.seq_len_q.data);
+  a.lens_kv = static_cast<const int64_t*>(p.seq_len_kv.data);
+  a.lqs = p.seq_len_q.data ? p.seq_len_q.strides[0] : 0;
+  a.lkvs = p.seq_len_kv.data ? p.seq_len_kv.strides[0] : 0;
+  a.B = p.batch();
+  a.Hq = p.heads_q();
+  a.Hk = p.heads_kv();
+  a.Sq = p.len_q();
+  a.Skv = p.len_kv();
+  a.Dqk = p.dim_qk();
+  a.Dv = p.dim_v();
+  a.scale = static_cast<T>(p.scale);
+  a.softcap = static_cast<T>(p.softcap);
+  a.keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  a.causal = p.causal;
+  a.alibi = p.alibi;
+  a.shift = p.align_shift();
+  a.window = p.window;
+  a.dropout_p = static_cast<float>(p.dropout_p);
+  a.seed = p.seed;
+  a.offset = p.offset;
+  return a;
+}
+
+template <class T>
+void set_grad_args(Args<T>& a, const View& dout, const SdpaGradViews& g) {
+  a.dout = static_cast<const T*>(dout.data);
+  strides4(dout, a.dos);
+  a.dq = static_cast<T*>(g.dq.data);
+  a.dk = static_cast<T*>(g.dk.data);
+  a.dv = static_cast<T*>(g.dv.data);
+  strides4(g.dq, a.dqs);
+  strides4(g.dk, a.dks);
+  strides4(g.dv, a.dvs);
+  a.dscores = static_cast<T*>(g.dscores.data);
+}
+
+template Args<float> make_args<float>(const SdpaParams&);
+template Args<double> make_args<double>(const SdpaParams&);
+template void set_grad_args<float>(Args<float>&, const View&, const SdpaGradViews&);
+template void set_grad_args<double>(Args<double>&, const View&, const SdpaGradViews&);
+
 namespace {
 
 constexpr int kWarps = 4;         // warps (rows) per block
 constexpr int kMaxHeadDim = 256;  // head dims up to 8 values per lane
-
-template <class T>
-struct Args {
-  const T *q, *k, *v, *o, *dout;
-  int64_t qs[4], ks[4], vs[4], os[4], dos[4];
-  T *out, *stats, *delta, *dq, *dk, *dv, *dscores;
-  int64_t outs[4], dqs[4], dks[4], dvs[4];
-  const void* mask;
-  bool mask_bool;
-  int64_t ms[4];
-  const int64_t *lens_q, *lens_kv;
-  int64_t lqs, lkvs;
-  int64_t B, Hq, Hk, Sq, Skv, Dqk, Dv;
-  T scale, softcap, keep_scale;
-  bool causal, alibi;
-  int64_t shift, window;
-  float dropout_p;
-  uint64_t seed, offset;
-
-  __device__ int64_t len_q(int64_t b) const { return lens_q ? lens_q[b * lqs] : Sq; }
-  __device__ int64_t len_kv(int64_t b) const { return lens_kv ? lens_kv[b * lkvs] : Skv; }
-  __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    const uint64_t linear = ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
-    return sdpa_keep(seed, offset, linear, dropout_p);
-  }
-  // The final score of (b, h, i, j) from its scaled dot product: -inf where causal, window,
-  // padding or a boolean mask hide the key; else softcap, ALiBi and the float mask, in the
-  // CPU's order. *t receives tanh(dot / softcap) for the backward's chain rule.
-  __device__ T score(int64_t b, int64_t h, int64_t i, int64_t j, T dot, T slope, int64_t lq,
-                     int64_t lkv, T* t) const {
-    const T ninf = -std::numeric_limits<T>::infinity();
-    const int64_t ia = i + shift;
-    if (i >= lq || j >= lkv || !sdpa_visible(causal, window, ia, j)) return ninf;
-    T s = dot;
-    if (softcap > T(0)) {
-      *t = tanh(s / softcap);
-      s = softcap * *t;
-    }
-    if (alibi) s -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
-    if (mask) {
-      const int64_t off = b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3];
-      if (mask_bool) {
-        if (!static_cast<const bool*>(mask)[off]) return ninf;
-      } else {
-        s += static_cast<const T*>(mask)[off];
-      }
-    }
-    return s;
-  }
-  __device__ T slope_of(int64_t h) const {
-    return alibi ? static_cast<T>(alibi_slope(h, Hq)) : T(0);
-  }
-};
-
-template <class T>
-__device__ __forceinline__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <class T>
-__device__ __forceinline__ T warp_max(T v) {
-  for (int o = 16; o > 0; o /= 2) {
-    const T u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = u > v ? u : v;
-  }
-  return v;
-}
-
-__device__ __forceinline__ int64_t at4(const int64_t* st, int64_t a, int64_t b, int64_t c,
-                                       int64_t d) {
-  return a * st[0] + b * st[1] + c * st[2] + d * st[3];
-}
 
 // Forward: out row and logsumexp of query row (b, h, i). Lane l owns out dims l, l+32, ...
 template <class T, int kPer>
@@ -282,51 +278,6 @@ __global__ void backward_dkv_kernel(Args<T> a) {
   }
 }
 
-void strides4(const View& v, int64_t* out) {
-  for (int d = 0; d < 4; ++d) out[d] = v.data ? v.strides[d] : 0;
-}
-
-template <class T>
-Args<T> make_args(const SdpaParams& p) {
-  Args<T> a{};
-  a.q = static_cast<const T*>(p.q.data);
-  a.k = static_cast<const T*>(p.k.data);
-  a.v = static_cast<const T*>(p.v.data);
-  strides4(p.q, a.qs);
-  strides4(p.k, a.ks);
-  strides4(p.v, a.vs);
-  a.out = static_cast<T*>(p.out.data);
-  a.o = a.out;
-  strides4(p.out, a.outs);
-  strides4(p.out, a.os);
-  a.stats = static_cast<T*>(p.stats.data);
-  a.mask = p.mask.data;
-  a.mask_bool = p.mask.dtype == kBool;
-  strides4(p.mask, a.ms);
-  a.lens_q = static_cast<const int64_t*>(p.seq_len_q.data);
-  a.lens_kv = static_cast<const int64_t*>(p.seq_len_kv.data);
-  a.lqs = p.seq_len_q.data ? p.seq_len_q.strides[0] : 0;
-  a.lkvs = p.seq_len_kv.data ? p.seq_len_kv.strides[0] : 0;
-  a.B = p.batch();
-  a.Hq = p.heads_q();
-  a.Hk = p.heads_kv();
-  a.Sq = p.len_q();
-  a.Skv = p.len_kv();
-  a.Dqk = p.dim_qk();
-  a.Dv = p.dim_v();
-  a.scale = static_cast<T>(p.scale);
-  a.softcap = static_cast<T>(p.softcap);
-  a.keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
-  a.causal = p.causal;
-  a.alibi = p.alibi;
-  a.shift = p.align_shift();
-  a.window = p.window;
-  a.dropout_p = static_cast<float>(p.dropout_p);
-  a.seed = p.seed;
-  a.offset = p.offset;
-  return a;
-}
-
 // Calls f(std::integral_constant<int, values per lane>) for the larger head dim.
 template <class F>
 void with_per_lane(int64_t dim, F&& f) {
@@ -351,6 +302,9 @@ template <class T>
 void forward_typed(int device, const SdpaParams& p) {
   cudaStream_t s = enter(device);
   Args<T> a = make_args<T>(p);
+  if constexpr (std::is_same_v<T, float>) {
+    if (sdpa_flash_forward(device, a)) return;
+  }
   const int64_t rows = a.B * a.Hq * a.Sq;
   if (!rows) return;
   const size_t smem = kWarps * a.Dqk * sizeof(T);
@@ -364,15 +318,10 @@ template <class T>
 void backward_typed(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   cudaStream_t s = enter(device);
   Args<T> a = make_args<T>(p);
-  a.dout = static_cast<const T*>(dout.data);
-  strides4(dout, a.dos);
-  a.dq = static_cast<T*>(g.dq.data);
-  a.dk = static_cast<T*>(g.dk.data);
-  a.dv = static_cast<T*>(g.dv.data);
-  strides4(g.dq, a.dqs);
-  strides4(g.dk, a.dks);
-  strides4(g.dv, a.dvs);
-  a.dscores = static_cast<T*>(g.dscores.data);
+  set_grad_args(a, dout, g);
+  if constexpr (std::is_same_v<T, float>) {
+    if (sdpa_flash_backward(device, a)) return;
+  }
   const int64_t rows_q = a.B * a.Hq * a.Sq, rows_kv = a.B * a.Hk * a.Skv;
   Scratch delta(std::max<int64_t>(rows_q, 1) * sizeof(T), device);
   a.delta = delta.as<T>();
