@@ -357,12 +357,26 @@ void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const Args<fl
   check_launch(name);
 }
 
+// Shared memory per block of each kernel for tile width kD, in bytes.
+template <int kD>
+constexpr size_t smem_forward = (3 * kB * (kD + 1) + kB * kLdp) * sizeof(float);
+template <int kD>
+constexpr size_t smem_dq = (4 * kB * (kD + 1) + kB * kLdp) * sizeof(float);
+template <int kD>
+constexpr size_t smem_dkv = (4 * kB * (kD + 1) + 2 * kB * kLdp + 2 * kB) * sizeof(float);
+
+// Calls f(std::integral_constant<int, tile width>) when the head dims fit a tile and the
+// device grants the shared memory (162 KB for the backward at width 128); false otherwise,
+// and the simple kernels run.
 template <class F>
-bool with_tile_dim(const Args<float>& a, F&& f) {
+bool with_tile_dim(int device, const Args<float>& a, F&& f) {
+  int optin = 0;
+  TG_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const auto fits = [&](size_t bytes) { return bytes <= static_cast<size_t>(optin); };
   const int64_t d = std::max(a.Dqk, a.Dv);
-  if (d <= 64) {
+  if (d <= 64 && fits(smem_dkv<64>)) {
     f(std::integral_constant<int, 64>{});
-  } else if (d <= 128) {
+  } else if (d <= 128 && fits(smem_dkv<128>)) {
     f(std::integral_constant<int, 128>{});
   } else {
     return false;
@@ -375,10 +389,10 @@ bool with_tile_dim(const Args<float>& a, F&& f) {
 bool sdpa_flash_forward(int device, const Args<float>& a) {
   cudaStream_t s = enter(device);
   const int64_t blocks = a.B * a.Hq * ((a.Sq + kB - 1) / kB);
-  return with_tile_dim(a, [&](auto dim) {
+  return with_tile_dim(device, a, [&](auto dim) {
     constexpr int kD = decltype(dim)::value;
-    const size_t smem = (3 * kB * (kD + 1) + kB * kLdp) * sizeof(float);
-    if (blocks) launch(forward_kernel<kD>, blocks, smem, s, a, "sdpa flash forward kernel");
+    if (blocks)
+      launch(forward_kernel<kD>, blocks, smem_forward<kD>, s, a, "sdpa flash forward kernel");
   });
 }
 
@@ -388,19 +402,18 @@ bool sdpa_flash_backward(int device, const Args<float>& in) {
   const int64_t rows = a.B * a.Hq * a.Sq;
   Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
   a.delta = delta.as<float>();
-  return with_tile_dim(a, [&](auto dim) {
+  return with_tile_dim(device, a, [&](auto dim) {
     constexpr int kD = decltype(dim)::value;
     if (rows) {
       delta_kernel<<<static_cast<unsigned>((rows + kT / 32 - 1) / (kT / 32)), kT, 0, s>>>(a);
       check_launch("sdpa delta kernel");
-      const size_t smem_dq = (4 * kB * (kD + 1) + kB * kLdp) * sizeof(float);
-      launch(backward_dq_kernel<kD>, a.B * a.Hq * ((a.Sq + kB - 1) / kB), smem_dq, s, a,
+      launch(backward_dq_kernel<kD>, a.B * a.Hq * ((a.Sq + kB - 1) / kB), smem_dq<kD>, s, a,
              "sdpa flash backward dq kernel");
     }
     const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kB - 1) / kB);
-    const size_t smem_kv = (4 * kB * (kD + 1) + 2 * kB * kLdp + 2 * kB) * sizeof(float);
     if (kv_blocks)
-      launch(backward_dkv_kernel<kD>, kv_blocks, smem_kv, s, a, "sdpa flash backward dk/dv kernel");
+      launch(backward_dkv_kernel<kD>, kv_blocks, smem_dkv<kD>, s, a,
+             "sdpa flash backward dk/dv kernel");
   });
 }
 
