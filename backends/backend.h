@@ -90,6 +90,10 @@ struct Backend {
   // out = keep ? x / (1 - p) : 0, keep = u(offset + n) > p for row-major index n.
   virtual void dropout(const View& x, const View& out, double p, uint64_t seed,
                        uint64_t offset) = 0;
+  // Over the last dim of a contiguous x (rows, C): out = softmax(x), or log_softmax(x) when
+  // `log`, as exp(x - lse) or x - lse with lse = m + log(sum(exp(x - m))), m the row max (0
+  // when not finite): a row of -inf gives NaN, exactly as the composed formula does.
+  virtual void softmax(const View& x, const View& out, bool log) = 0;
   // out[i, :] = weight[ids[i], :] (weight (R, D) contiguous, ids int64 contiguous).
   virtual void gather_rows(const View& weight, const View& ids, const View& out) = 0;
   // grad_weight[ids[i], :] += grad[i, :], in index order (deterministic).

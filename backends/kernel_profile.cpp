@@ -98,6 +98,10 @@ struct ProfilingBackend final : Backend {
     Timed t("random", dev);
     b.dropout(x, o, p, s, off);
   }
+  void softmax(const View& x, const View& o, bool log) override {
+    Timed t("softmax", dev);
+    b.softmax(x, o, log);
+  }
   void gather_rows(const View& w, const View& i, const View& o) override {
     Timed t("rows", dev);
     b.gather_rows(w, i, o);

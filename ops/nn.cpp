@@ -8,16 +8,36 @@
 
 namespace tg {
 
-Tensor softmax(const Tensor& x, int64_t dim) {
-  detail::check_defined(x, "softmax", "self");
-  detail::check_floating(x, "softmax", "self");
-  return exp(sub(x, logsumexp(x, {dim}, true)));
+namespace {
+
+// One fused kernel over rows (the dim moved last); the backward from the saved output:
+// softmax y (g - sum(g y)), log_softmax g - exp(y) sum(g).
+Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
+  detail::check_defined(x, op, "self");
+  detail::check_floating(x, op, "self");
+  if (x.dim() == 0) return softmax_impl(x.reshape({1}), 0, log, op).reshape({});
+  const int64_t d = normalize_dim(dim, x.dim(), op), last = x.dim() - 1;
+  Tensor xc = (d == last ? x.detach() : x.detach().transpose(d, last)).contiguous();
+  Tensor out = Tensor::empty_like_shape(xc.sizes(), x.dtype(), x.device());
+  if (out.numel()) detail::backend_of(x).softmax(detail::view_of(xc), detail::view_of(out), log);
+  if (d != last) out = out.transpose(d, last).contiguous();
+  if (any_requires_grad({x})) {
+    SavedTensor saved(out);
+    record(op, {x}, {&out}, [saved, d, log, op](const std::vector<Tensor>& g) {
+      Tensor y = saved.unpack(op);
+      if (log) return std::vector<Tensor>{sub(g[0], mul(exp(y), sum(g[0], {d}, true)))};
+      return std::vector<Tensor>{mul(y, sub(g[0], sum(mul(g[0], y), {d}, true)))};
+    });
+  }
+  return out;
 }
 
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false, "softmax"); }
+
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  detail::check_defined(x, "log_softmax", "self");
-  detail::check_floating(x, "log_softmax", "self");
-  return sub(x, logsumexp(x, {dim}, true));
+  return softmax_impl(x, dim, true, "log_softmax");
 }
 
 std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,

@@ -160,6 +160,24 @@ TEST_CASE("reductions over dims with keepdim") {
   CHECK(logsumexp(ninf).item<double>() == -INFINITY);
 }
 
+TEST_CASE("softmax and log_softmax (one fused kernel) against exp(x - logsumexp(x))") {
+  Tensor x = tgtest::rnd({3, 5, 4}, 7, -20, 20);
+  for (int64_t dim : {0, 1, 2}) {
+    INFO("dim " << dim);
+    Tensor lse = logsumexp(x, {dim}, true);
+    check_close(softmax(x, dim).to_vector<double>(), exp(sub(x, lse)).to_vector<double>(), 1e-14);
+    check_close(log_softmax(x, dim).to_vector<double>(), sub(x, lse).to_vector<double>(), 1e-14);
+  }
+  Tensor big = from_vector(std::vector<double>{1000, 1001, -1000}, {3});  // no overflow
+  check_close(softmax(big, 0).to_vector<double>(),
+              {1 / (1 + std::exp(1.0)), std::exp(1.0) / (1 + std::exp(1.0)), 0.0}, 1e-14);
+  CHECK(softmax(scalar_tensor(3.5), 0).item<double>() == 1.0);
+  Tensor ninf = full({2, 3}, -INFINITY, kFloat64);  // as exp(x - logsumexp(x)): NaN
+  for (double v : softmax(ninf, 1).to_vector<double>()) CHECK(std::isnan(v));
+  tgtest::check_throws_with_prefix([] { softmax(zeros({2, 3}), 2); }, "[softmax]");
+  tgtest::check_throws_with_prefix([] { log_softmax(zeros({2}, kInt64), 0); }, "[log_softmax]");
+}
+
 TEST_CASE("softmax, log_softmax, cross_entropy spot values") {
   Tensor x = from_vector(std::vector<double>{1, 2, 3, 1, 1, 1}, {2, 3});
   double z = std::exp(1) + std::exp(2) + std::exp(3);

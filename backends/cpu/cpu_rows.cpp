@@ -1,9 +1,37 @@
-// Row gather and its scatter-add (embedding forward and backward).
+// Row-wise kernels: softmax, and the row gather and scatter-add of embedding forward and
+// backward.
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/scalar_ops.h"
 
 namespace tg::cpu {
+
+void CpuBackend::softmax(const View& x, const View& out, bool log) {
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t c = x.sizes.back(), rows = c ? x.numel() / c : 0;
+    const T* xp = static_cast<const T*>(x.data);
+    T* op = static_cast<T*>(out.data);
+#pragma omp parallel for schedule(static) if (rows * c > 32768)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * c;
+      T* o = op + r * c;
+      T m = -INFINITY;
+      for (int64_t i = 0; i < c; ++i) m = xr[i] > m ? xr[i] : m;
+      if (!std::isfinite(m)) m = 0;
+      T sum = 0;
+      for (int64_t i = 0; i < c; ++i) sum += scalar::exp_any(xr[i] - m);
+      const T lse = std::log(sum) + m;
+      if (log) {
+        for (int64_t i = 0; i < c; ++i) o[i] = xr[i] - lse;
+      } else {
+        for (int64_t i = 0; i < c; ++i) o[i] = scalar::exp_any(xr[i] - lse);
+      }
+    }
+  });
+}
 
 void CpuBackend::gather_rows(const View& weight, const View& ids, const View& out) {
   const int64_t n = ids.numel(), d = weight.sizes[1];

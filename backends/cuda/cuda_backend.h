@@ -22,6 +22,7 @@ struct CudaBackend final : Backend {
   void rand_uniform(const View& dst, uint64_t seed, uint64_t offset) override;
   void rand_normal(const View& dst, uint64_t seed, uint64_t offset) override;
   void dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) override;
+  void softmax(const View& x, const View& out, bool log) override;
   void gather_rows(const View& weight, const View& ids, const View& out) override;
   void scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) override;
   void sdpa_forward(const SdpaParams& p) override;

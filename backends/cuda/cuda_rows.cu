@@ -1,4 +1,5 @@
-// Row gather and its scatter-add (embedding forward and backward). The scatter-add is
+// Row-wise kernels: softmax (a warp per row), and the row gather and scatter-add of embedding
+// forward and backward. The scatter-add is
 // deterministic without atomics: ids are ranked by (id, position) (a stable counting of
 // smaller keys, O(n^2) comparisons through shared memory, cheap for the token counts of a
 // batch), then one thread per (distinct id, column) adds that id's rows in index order, the
@@ -6,9 +7,31 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/dispatch.h"
+#include "backends/scalar_ops.h"
 
 namespace tg::cuda {
 namespace {
+
+template <class T>
+__global__ void softmax_kernel(const T* x, T* out, int64_t rows, int64_t c, bool log) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const T* xr = x + r * c;
+  T* o = out + r * c;
+  T m = -INFINITY;
+  for (int64_t i = lane; i < c; i += 32) m = xr[i] > m ? xr[i] : m;
+  for (int s = 16; s > 0; s /= 2) {
+    const T u = __shfl_xor_sync(0xffffffffu, m, s);
+    m = u > m ? u : m;
+  }
+  if (!isfinite(m)) m = 0;
+  T sum = 0;
+  for (int64_t i = lane; i < c; i += 32) sum += scalar::exp_any(xr[i] - m);
+  for (int s = 16; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  const T lse = ::log(sum) + m;
+  for (int64_t i = lane; i < c; i += 32) o[i] = log ? xr[i] - lse : scalar::exp_any(xr[i] - lse);
+}
 
 template <class T>
 __global__ void gather_kernel(const T* w, const int64_t* ids, T* out, int64_t n, int64_t d) {
@@ -51,6 +74,19 @@ __global__ void scatter_add_kernel(const T* g, const int64_t* ids, const int64_t
 }
 
 }  // namespace
+
+void CudaBackend::softmax(const View& x, const View& out, bool log) {
+  cudaStream_t s = enter(device);
+  const int64_t c = x.sizes.back(), rows = c ? x.numel() / c : 0;
+  if (!rows) return;
+  dispatch_float(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    softmax_kernel<<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads,
+                     0, s>>>(static_cast<const T*>(x.data), static_cast<T*>(out.data), rows, c,
+                             log);
+  });
+  check_launch("softmax kernel");
+}
 
 void CudaBackend::gather_rows(const View& weight, const View& ids, const View& out) {
   cudaStream_t s = enter(device);
