@@ -194,8 +194,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
     case Reduction::Sum:
       return sum(losses);
     case Reduction::Mean: {
-      double count = static_cast<double>(sum(valid).item<int64_t>());
-      return div(sum(losses), count > 0 ? count : 1.0);
+      // The count stays on the device (no host sync on a GPU); 0 / 1 when all are ignored.
+      Tensor count = maximum(sum(valid).to(logits.dtype()), ones({}, logits.options()));
+      return div(sum(losses), count);
     }
   }
   return losses;
