@@ -3,7 +3,7 @@
 //   name <TAB> tapegrad ms <TAB> reference ms
 // bench/compare_torch.py runs this and the same ops in PyTorch and prints the ratios.
 //
-//   bench_ops [threads] [cpu|cuda]
+//   bench_ops [threads] [cpu|cuda]      (or --device cuda)
 // On CUDA each timed run ends with a device synchronization, and the reference column is 0
 // (the references are CPU loops).
 #include <tapegrad.h>
@@ -16,6 +16,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "bench_args.h"
 
 namespace {
 
@@ -45,10 +47,9 @@ void row(const char* name, double ours, double ref) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  tg::set_num_threads(threads);
-  g_cuda = argc > 2 && std::string(argv[2]) == "cuda";
+static int run(const bench::Args& args) {
+  tg::set_num_threads(args.number(0, 2));
+  g_cuda = args.device == "cuda";
   const tg::Device dev = g_cuda ? tg::kCUDA : tg::kCPU;
   // Plain CPU loops as the reference; skipped (0) on CUDA.
   auto ref_ms = [&](const std::function<void()>& fn) { return g_cuda ? 0.0 : time_ms(fn); };
@@ -116,4 +117,10 @@ int main(int argc, char** argv) {
   tg::Tensor mt = m.transpose(0, 1);
   row("transpose_copy_f32_1024x4096", time_ms([&] { mt.contiguous(); }), 0);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return bench::guarded_main([&] {
+    return run(bench::parse_args("bench_ops", argc, argv, 1, {"cpu", "cuda"}));
+  });
 }

@@ -1,7 +1,7 @@
 // SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
 // same function composed from primitive ops), then peak memory at long sequences.
 //
-//   bench_sdpa [threads] [cpu|cuda|memory]
+//   bench_sdpa [threads] [cpu|cuda|memory]      (or --device cuda)
 // On CUDA: the shapes of the SDPA-on-CUDA issue, each timed run ending with a device sync.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <functional>
 #include <vector>
+
+#include "bench_args.h"
 
 namespace {
 
@@ -106,24 +108,27 @@ void run_memory(int64_t S) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tg::set_num_threads(argc > 1 ? std::atoi(argv[1]) : 2);
-  const std::string mode = argc > 2 ? argv[2] : "cpu";
-  if (mode == "cuda") {
-    g_device = tg::kCUDA;
-    for (bool causal : {false, true}) {
-      run_case({4, 16, 16, 2048, 64, causal});
-      run_case({1, 8, 8, 8192, 128, causal});
+  return bench::guarded_main([&] {
+    const bench::Args args =
+        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory"});
+    tg::set_num_threads(args.number(0, 2));
+    if (args.device == "cuda") {
+      g_device = tg::kCUDA;
+      for (bool causal : {false, true}) {
+        run_case({4, 16, 16, 2048, 64, causal});
+        run_case({1, 8, 8, 8192, 128, causal});
+      }
+      return 0;
     }
+    if (args.device == "cpu") {
+      for (bool causal : {false, true}) {
+        run_case({4, 8, 8, 256, 64, causal});
+        run_case({1, 8, 8, 1024, 64, causal});
+        run_case({8, 8, 2, 128, 32, causal});
+      }
+    }
+    run_memory(4096);
+    run_memory(16384);
     return 0;
-  }
-  if (mode != "memory") {
-    for (bool causal : {false, true}) {
-      run_case({4, 8, 8, 256, 64, causal});
-      run_case({1, 8, 8, 1024, 64, causal});
-      run_case({8, 8, 2, 128, 32, causal});
-    }
-  }
-  run_memory(4096);
-  run_memory(16384);
-  return 0;
+  });
 }

@@ -3,7 +3,7 @@
 // per step and tokens/s, split into forward / backward / optimizer, and the kernel time by
 // kind from the profiling backend.
 //
-//   bench_train_step [threads] [steps] [cpu|cuda]
+//   bench_train_step [threads] [steps] [cpu|cuda]      (or --device cuda)
 // bench/compare_train_torch.py runs this beside the same model and step in PyTorch.
 #include <tapegrad.h>
 
@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "bench_args.h"
 
 namespace {
 
@@ -30,11 +32,11 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
-  const int steps = argc > 2 ? std::atoi(argv[2]) : 5;
-  const tg::Device device = argc > 3 && std::string(argv[3]) == "cuda" ? tg::kCUDA : tg::kCPU;
-  if (threads > 0) tg::set_num_threads(threads);
   try {
+    const bench::Args args = bench::parse_args("bench_train_step", argc, argv, 2, {"cpu", "cuda"});
+    const int threads = args.number(0, 0), steps = args.number(1, 5);
+    const tg::Device device = args.device == "cuda" ? tg::kCUDA : tg::kCPU;
+    if (threads > 0) tg::set_num_threads(threads);
     tg::nn::TransformerConfig cfg;
     cfg.vocab = 256;
     cfg.d_model = 256;
@@ -114,7 +116,7 @@ int main(int argc, char** argv) {
     }
     std::printf("norms_ms\t%.2f\n", median(norms));
   } catch (const tg::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
   return 0;

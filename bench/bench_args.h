@@ -1,0 +1,80 @@
+// The benchmarks' command lines: positional words (`bench_x [threads] ... [device]`), where
+// `--device NAME` or `--device=NAME` may stand anywhere in place of the device word, and a
+// main that reports an error as one line and exit status 1 instead of an abort.
+#pragma once
+
+#include <tapegrad.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct Args {
+  std::vector<std::string> words;  // the positional words before the device word
+  std::string device;              // "cpu" where none is given
+
+  // Positional word `i` as an int, or `fallback` where there is none.
+  int number(size_t i, int fallback) const {
+    return i < words.size() ? std::atoi(words[i].c_str()) : fallback;
+  }
+};
+
+// Parses argv; `device_pos` is the position of the device word among the positional ones,
+// `devices` the words it may be.
+inline Args parse_args(const std::string& program, int argc, char** argv, size_t device_pos,
+                       const std::vector<std::string>& devices) {
+  Args a;
+  std::string flag;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "--device" && i + 1 < argc) {
+      flag = argv[++i];
+    } else if (w.rfind("--device=", 0) == 0) {
+      flag = w.substr(9);
+    } else if (w.rfind("--", 0) == 0) {
+      throw tg::Error("[" + program + "] option: expected --device NAME, got '" + w + "'" +
+                      (w == "--device" ? " without a name" : ""));
+    } else {
+      a.words.push_back(w);
+    }
+  }
+  if (a.words.size() > device_pos + 1)
+    throw tg::Error("[" + program + "] arguments: expected at most " +
+                    std::to_string(device_pos + 1) + " words, got " +
+                    std::to_string(a.words.size()));
+  if (a.words.size() == device_pos + 1) {
+    if (!flag.empty() && flag != a.words.back())
+      throw tg::Error("[" + program + "] device: given twice, as '" + a.words.back() +
+                      "' and --device " + flag);
+    flag = a.words.back();
+    a.words.pop_back();
+  }
+  a.device = flag.empty() ? "cpu" : flag;
+  std::string list;
+  bool known = false;
+  for (const std::string& d : devices) {
+    known = known || d == a.device;
+    list += (list.empty() ? "" : ", ") + d;
+  }
+  if (!known)
+    throw tg::Error("[" + program + "] device: expected one of " + list + ", got '" + a.device +
+                    "'");
+  return a;
+}
+
+// Runs body(), printing a thrown error (no CUDA device, a bad argument) as one line.
+template <class F>
+int guarded_main(F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace bench
