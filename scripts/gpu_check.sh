@@ -3,11 +3,18 @@
 # run the `cuda` test label, then the GPU benchmarks. For machines without package access
 # (the lent GPU machines), header-only dependencies may come in a .deps/usr tree copied from
 # a Debian machine: they are installed into /usr first when present.
-#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|all]
+#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|profile|all]
+# test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
+# against PyTorch; profile: Nsight Compute on one forward and one backward of the tiled SDPA
+# kernels (first benchmark case); all: test, bench and sdpa.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/gpu}
 what=${2:-all}
+case "$what" in test | bench | sdpa | profile | all) ;; *)
+  echo "gpu_check.sh: what: expected test, bench, sdpa, profile or all, got '$what'" >&2
+  exit 2 ;;
+esac
 if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
@@ -15,10 +22,22 @@ cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_CUDA=ON -DTAPE
   -DTAPEGRAD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null || exit 1
 cmake --build "$build" -j "$(nproc)" 2>&1 | grep -E "error|warning|FAILED" ; test ${PIPESTATUS[0]} -eq 0 || exit 1
 status=0
-if [ "$what" != bench ]; then
+if [ "$what" = test ] || [ "$what" = all ]; then
   ctest --test-dir "$build" -L cuda --output-on-failure || status=1
 fi
-if [ "$what" != test ]; then
+if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/compare_train_torch.py "$build/bench/bench_train_step" 8 20 cuda 3 || status=1
+fi
+if [ "$what" = sdpa ] || [ "$what" = all ]; then
+  python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda || status=1
+fi
+if [ "$what" = profile ]; then
+  # The first case's timed forward runs four forward kernels; skip three, then profile the
+  # fourth and the forward, dQ and dK/dV kernels of its first forward+backward.
+  ncu --clock-control none -k 'regex:forward_kernel|backward_dq_kernel|backward_dkv_kernel' \
+    --launch-skip 3 --launch-count 4 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section InstructionStats \
+    "$build/bench/bench_sdpa" 8 cuda || status=1
 fi
 exit $status
