@@ -14,12 +14,19 @@
 namespace bench {
 
 struct Args {
+  std::string program;
   std::vector<std::string> words;  // the positional words before the device word
   std::string device;              // "cpu" where none is given
 
-  // Positional word `i` as an int, or `fallback` where there is none.
-  int number(size_t i, int fallback) const {
-    return i < words.size() ? std::atoi(words[i].c_str()) : fallback;
+  // Positional word `i` (called `what` in errors) as a non-negative int, or `fallback` where
+  // there is none.
+  int number(size_t i, const char* what, int fallback) const {
+    if (i >= words.size()) return fallback;
+    const std::string& w = words[i];
+    if (w.empty() || w.size() > 9 || w.find_first_not_of("0123456789") != std::string::npos)
+      throw tg::Error("[" + program + "] " + what + ": expected a non-negative number, got '" + w +
+                      "'");
+    return std::atoi(w.c_str());
   }
 };
 
@@ -28,6 +35,7 @@ struct Args {
 inline Args parse_args(const std::string& program, int argc, char** argv, size_t device_pos,
                        const std::vector<std::string>& devices) {
   Args a;
+  a.program = program;
   std::string flag;
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];

@@ -34,7 +34,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   try {
     const bench::Args args = bench::parse_args("bench_train_step", argc, argv, 2, {"cpu", "cuda"});
-    const int threads = args.number(0, 0), steps = args.number(1, 5);
+    const int threads = args.number(0, "threads", 0), steps = args.number(1, "steps", 5);
     const tg::Device device = args.device == "cuda" ? tg::kCUDA : tg::kCPU;
     if (threads > 0) tg::set_num_threads(threads);
     tg::nn::TransformerConfig cfg;
