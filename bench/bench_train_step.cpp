@@ -32,7 +32,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return bench::guarded_main([&] {
     const bench::Args args = bench::parse_args("bench_train_step", argc, argv, 2, {"cpu", "cuda"});
     const int threads = args.number(0, "threads", 0), steps = args.number(1, "steps", 5);
     const tg::Device device = args.device == "cuda" ? tg::kCUDA : tg::kCPU;
@@ -115,9 +115,6 @@ int main(int argc, char** argv) {
       if (i) norms.push_back(now_ms() - s);
     }
     std::printf("norms_ms\t%.2f\n", median(norms));
-  } catch (const tg::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }
