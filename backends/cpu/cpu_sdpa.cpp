@@ -1,247 +1,189 @@
 // SDPA on the CPU in the manner of FlashAttention-2: query tiles against key tiles with an
 // online softmax; the backward rebuilds P from the saved logsumexp tile by tile. Nothing of
 // size Sq x Skv is ever allocated (except the score gradient, when a float mask asks for it).
-#include <Eigen/Core>
+//
+// Every tile product goes through tile_gemm's register-blocked micro-kernel. Its B operand is
+// read row by row with whole vectors, so each key/value head is packed once (K^T and V for the
+// forward, K^T, K and V^T for the backward, rows padded to whole vectors with zeros) and then
+// read by every query tile of every query head of its group. Scores, P and dS stay in one
+// kBr x kBc tile per thread (64 KiB at float32), where the score rules, the online softmax and
+// the dropout run over whole vectors.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
-#include <vector>
+#include <memory>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_sdpa_scores.h"
+#include "backends/cpu/simd.h"
+#include "backends/cpu/tile_gemm.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
 namespace {
 
-constexpr int64_t kBr = 64;  // query rows per tile
-constexpr int64_t kBc = 64;  // keys per tile
+using namespace sdpa_tiles;
 
-template <class T>
-using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using Map = Eigen::Map<Mat<T>>;
+constexpr int64_t kBr = 64;   // query rows per tile
+constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
 
-// rows x width block of a (B, H, S, D) view at (b, h, row0) into a dense row-major buffer.
+// A buffer aligned to the vector width, grown on demand and never shrunk.
 template <class T>
-void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst) {
-  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + r * sr;
-    T* d = dst + r * width;
-    if (sd == 1) {
-      std::copy(s, s + width, d);
-    } else {
-      for (int64_t c = 0; c < width; ++c) d[c] = s[c * sd];
-    }
-  }
-}
-
-template <class T>
-using ConstMap = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
-
-// The same block, read-only: a map straight onto v's memory when its rows are contiguous
-// (no copy), else copied into buf.
-template <class T>
-ConstMap<T> tile(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* buf) {
-  const int64_t width = v.sizes[3];
-  if (v.strides[3] == 1 || width == 1) {
-    const T* src =
-        static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * v.strides[2];
-    return ConstMap<T>(src, rows, width,
-                       Eigen::OuterStride<>(std::max<int64_t>(v.strides[2], width)));
-  }
-  load_rows(v, b, h, row0, rows, buf);
-  return ConstMap<T>(buf, rows, width, Eigen::OuterStride<>(width));
-}
-
-// C (m x n, row stride ldc) = [C +] op(A) op(B), op transposing when asked; every operand
-// row-major with the given row strides. OpenBLAS when the build has it (its small-matrix
-// kernels run two of the three tile products at 1.4-1.6x Eigen's speed here, see
-// bench/bench_gemm_tiles.cpp), Eigen otherwise.
-template <class T>
-void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-               const T* b, int64_t ldb, bool accumulate, T* c, int64_t ldc) {
-#ifdef TAPEGRAD_OPENBLAS
-  blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
-#else
-  using Stride = Eigen::OuterStride<>;
-  ConstMap<T> A(a, ta ? k : m, ta ? m : k, Stride(lda)), B(b, tb ? n : k, tb ? k : n, Stride(ldb));
-  Eigen::Map<Mat<T>, 0, Stride> C(c, m, n, Stride(ldc));
-  auto product = [&](const auto& x, const auto& y) {
-    if (accumulate) {
-      C.noalias() += x * y;
-    } else {
-      C.noalias() = x * y;
-    }
-  };
-  if (ta && tb) {
-    product(A.transpose(), B.transpose());
-  } else if (ta) {
-    product(A.transpose(), B);
-  } else if (tb) {
-    product(A, B.transpose());
-  } else {
-    product(A, B);
-  }
+class Buffer {
+ public:
+  T* get(int64_t n) {
+    if (n > size_) {
+      const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+      data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+      if (!data_) throw std::bad_alloc();
+      size_ = n;
+#ifndef NDEBUG
+      // Debug builds (the sanitizer tests) start from NaN, so a read of a tile element that
+      // was never written shows up in the results instead of passing by luck.
+      std::fill(data_.get(), data_.get() + n, std::numeric_limits<T>::quiet_NaN());
 #endif
-}
-
-template <class T>
-void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, const T* src,
-                T factor) {
-  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  T* dst = static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = src[r * width + c] * factor;
-}
-
-int64_t seq_len(const View& lens, int64_t b, int64_t full) {
-  if (!lens.data) return full;
-  return static_cast<const int64_t*>(lens.data)[b * lens.strides[0]];
-}
-
-// The keys [lo, hi) that causal, window and padding leave visible to any row of a query tile.
-struct KeyRange {
-  int64_t lo = 0, hi = 0;
-};
-KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv) {
-  const int64_t shift = p.align_shift();
-  KeyRange r{0, len_kv};
-  if (p.causal) r.hi = std::min(r.hi, i0 + rows - 1 + shift + 1);
-  if (p.window > 0) r.lo = std::max<int64_t>(0, i0 + shift - p.window + 1);
-  if (r.hi < r.lo) r.hi = r.lo;
-  return r;
-}
-
-// Turns dot products S (rows x cols, leading dim ld; q already multiplied by the scale) into
-// the final masked scores: softcap, ALiBi, float mask, then -inf wherever a mask hides the key.
-// When `tanh_out` is given it receives tanh(s / softcap) for the backward's chain rule.
-template <class T>
-void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, int64_t i0,
-                   int64_t rows, int64_t j0, int64_t cols, int64_t len_q, int64_t len_kv,
-                   T* tanh_out) {
-  const T cap = static_cast<T>(p.softcap);
-  const T slope = p.alibi ? static_cast<T>(alibi_slope(h, p.heads_q())) : T(0);
-  const int64_t shift = p.align_shift();
-  const T ninf = -std::numeric_limits<T>::infinity();
-  const bool float_mask = p.mask.data && p.mask.dtype != kBool;
-  const bool bool_mask = p.mask.data && p.mask.dtype == kBool;
-  const int64_t* ms = p.mask.strides.data();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = i0 + r, ia = i + shift;
-    T* row = S + r * ld;
-    // Keys [lo, hi) of this row that causal, window and padding leave visible.
-    int64_t lo = 0, hi = i < len_q ? len_kv : 0;
-    if (p.causal) hi = std::min(hi, ia + 1);
-    if (p.window > 0) lo = std::max(lo, ia - p.window + 1);
-    lo = std::clamp<int64_t>(lo - j0, 0, cols);
-    hi = std::clamp<int64_t>(hi - j0, lo, cols);
-    if (cap > T(0)) {
-      for (int64_t c = lo; c < hi; ++c) {
-        T t = std::tanh(row[c] / cap);
-        if (tanh_out) tanh_out[r * ld + c] = t;
-        row[c] = cap * t;
-      }
     }
-    if (p.alibi) {
-      for (int64_t c = lo; c < hi; ++c) {
-        const int64_t j = j0 + c;
-        row[c] -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
-      }
-    }
-    if (p.mask.data) {
-      const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
-      if (float_mask) {
-        const T* m = static_cast<const T*>(p.mask.data) + base;
-        for (int64_t c = lo; c < hi; ++c) row[c] += m[c * ms[3]];
-      } else if (bool_mask) {
-        const bool* m = static_cast<const bool*>(p.mask.data) + base;
-        for (int64_t c = lo; c < hi; ++c) row[c] = m[c * ms[3]] ? row[c] : ninf;
-      }
-    }
-    std::fill(row, row + lo, ninf);
-    std::fill(row + hi, row + cols, ninf);
+    return data_.get();
   }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  int64_t size_ = 0;
+};
+
+// The first key tile starts on a whole vector so that every B operand read of a tile stays
+// inside the padded rows; the keys this adds before `lo` are masked by finish_scores.
+template <class T>
+int64_t first_key(int64_t lo) {
+  return lo / simd::kLanes<T> * simd::kLanes<T>;
 }
 
-// Multiplies P (rows x cols) by the dropout keep mask and 1 / (1 - p), in place.
+// One step of the online softmax over a tile of scores (rows x cols, padded to cp columns):
+// raises the running max m, rescales the running sum l, turns the scores into exp(s - m) in
+// place and leaves in alpha the factor by which each row's output accumulator must be scaled.
 template <class T>
-void apply_dropout(const SdpaParams& p, T* P, int64_t ld, int64_t b, int64_t h, int64_t i0,
-                   int64_t rows, int64_t j0, int64_t cols) {
-  const float pf = static_cast<float>(p.dropout_p);
-  const T inv = static_cast<T>(1.0 / (1.0 - p.dropout_p));
-  const uint64_t skv = static_cast<uint64_t>(p.len_kv());
+void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T* m, T* l,
+                    T* alpha) {
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
+  const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t base =
-        ((static_cast<uint64_t>(b) * p.heads_q() + h) * p.len_q() + (i0 + r)) * skv + j0;
-    for (int64_t c = 0; c < cols; ++c)
-      P[r * ld + c] *= sdpa_keep(p.seed, p.offset, base + c, pf) ? inv : T(0);
+    T* row = s + r * ld;
+    std::fill(row + cols, row + cp, ninf);
+    V mx = simd::splat(m[r]);
+    for (int64_t c = 0; c < cp; c += W) mx = simd::max(mx, simd::load(row + c));
+    const T mt = simd::reduce_max(mx);
+    if (mt == ninf) {  // nothing visible in this row yet
+      std::fill(row, row + cp, T(0));
+      alpha[r] = T(1);
+      continue;
+    }
+    alpha[r] = scalar::exp_any(m[r] - mt);  // 0 when m was -inf
+    const V vm = simd::splat(mt);
+    V sum{};
+    for (int64_t c = 0; c < cp; c += W) {
+      const V e = simd::exp<T>(simd::load(row + c) - vm);
+      simd::store(row + c, e);
+      sum += e;
+    }
+    l[r] = l[r] * alpha[r] + simd::reduce_sum(sum);
+    m[r] = mt;
   }
 }
 
 template <class T>
 void forward_typed(const SdpaParams& p) {
-  const int64_t B = p.batch(), Hq = p.heads_q(), G = Hq / p.heads_kv(), Sq = p.len_q();
-  const int64_t Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
+  const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t skv_p = round_to_lanes<T>(Skv), dv_p = round_to_lanes<T>(Dv);
+  const int64_t kt_size = Dqk * skv_p, v_size = Skv * dv_p;
+  // K^T and V of every key/value head, packed once for all the query tiles that read them.
+  Buffer<T> packed;
+  T* kv = packed.get(B * Hk * (kt_size + v_size));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < B * Hk; ++t) {
+    load_transposed(p.k, t / Hk, t % Hk, kv + t * (kt_size + v_size), skv_p);
+    load_rows(p.v, t / Hk, t % Hk, 0, Skv, kv + t * (kt_size + v_size) + kt_size, dv_p);
+  }
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
   const int64_t tasks = B * Hq * q_tiles;
-  const T ninf = -std::numeric_limits<T>::infinity();
+  const T ninf = -std::numeric_limits<T>::infinity(), scale = static_cast<T>(p.scale);
 #pragma omp parallel
   {
-    std::vector<T> qt(kBr * Dqk), kt(kBc * Dqk), vt(kBc * Dv), s(kBr * kBc), acc(kBr * Dv);
-    std::vector<T> m(kBr), l(kBr);
+    Buffer<T> buf;
+    T* qt = buf.get(kBr * Dqk + kBr * kBc + kBr * dv_p + 3 * kBr);
+    T* s = qt + kBr * Dqk;
+    T* acc = s + kBr * kBc;
+    T *m = acc + kBr * dv_p, *l = m + kBr, *alpha = l + kBr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq;
       const int64_t i0 = (task % q_tiles) * kBr, rows = std::min(kBr, Sq - i0);
-      const int64_t len_q = seq_len(p.seq_len_q, b, Sq),
-                    len_kv = seq_len(p.seq_len_kv, b, p.len_kv());
-      std::fill(m.begin(), m.end(), ninf);
-      std::fill(l.begin(), l.end(), T(0));
-      std::fill(acc.begin(), acc.end(), T(0));
-      KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
-      load_rows(p.q, b, h, i0, rows, qt.data());
-      Map<T> Q(qt.data(), rows, Dqk), A(acc.data(), rows, Dv);
-      Q *= static_cast<T>(p.scale);  // scores come out of the GEMM already scaled
-      for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
-        const int64_t cols = std::min(kBc, kr.hi - j0);
-        ConstMap<T> K = tile(p.k, b, h / G, j0, cols, kt.data());
-        ConstMap<T> V = tile(p.v, b, h / G, j0, cols, vt.data());
-        tile_gemm(false, true, rows, cols, Dqk, Q.data(), Dqk, K.data(), K.outerStride(), false,
-                  s.data(), kBc);
-        finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv, (T*)nullptr);
-        for (int64_t r = 0; r < rows; ++r) {
-          T* row = s.data() + r * kBc;
-          T mt = m[r];
-          for (int64_t c = 0; c < cols; ++c) mt = row[c] > mt ? row[c] : mt;
-          if (mt == ninf) {  // nothing visible in this row yet
-            std::fill(row, row + cols, T(0));
-            continue;
-          }
-          const T alpha = scalar::exp_any(m[r] - mt);  // 0 when m was -inf
-          T sum = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            T e = scalar::exp_any(row[c] - mt);
-            row[c] = e;
-            sum += e;
-          }
-          l[r] = l[r] * alpha + sum;
-          m[r] = mt;
-          if (alpha != T(1)) A.row(r) *= alpha;
-        }
-        if (p.dropout_p > 0) apply_dropout(p, s.data(), kBc, b, h, i0, rows, j0, cols);
-        tile_gemm(false, false, rows, Dv, cols, s.data(), kBc, V.data(), V.outerStride(), true,
-                  A.data(), Dv);
+      const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
+      std::fill(m, m + rows, ninf);
+      std::fill(l, l + rows, T(0));
+      std::fill(acc, acc + rows * dv_p, T(0));
+      const KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+      load_rows(p.q, b, h, i0, rows, qt, Dqk);
+      for (int64_t x = 0; x < rows * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
+      const T* kt = kv + (b * Hk + h / G) * (kt_size + v_size);
+      const T* vp = kt + kt_size;
+      for (int64_t j0 = first_key<T>(kr.lo); j0 < kr.hi; j0 += kBc) {
+        const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
+        tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
+        finish_scores(p, s, kBc, b, h, i0, rows, j0, cols, len_q, len_kv, static_cast<T*>(nullptr));
+        online_softmax(s, kBc, rows, cols, cp, m, l, alpha);
+        if (p.dropout_p > 0) apply_dropout(p, s, kBc, b, h, i0, rows, j0, cols);
+        // O = alpha O + P V
+        tile_gemm(rows, dv_p, cols, s, kBc, 1, vp + j0 * dv_p, dv_p, acc, dv_p, true, alpha);
       }
       T* stats = static_cast<T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
       for (int64_t r = 0; r < rows; ++r) {
         const bool any = l[r] > T(0);
         stats[r] = any ? m[r] + std::log(l[r]) : ninf;
-        A.row(r) *= any ? T(1) / l[r] : T(0);
+        const T inv = any ? T(1) / l[r] : T(0);
+        for (int64_t c = 0; c < dv_p; ++c) acc[r * dv_p + c] *= inv;
       }
-      store_rows(p.out, b, h, i0, rows, acc.data(), T(1));
+      store_rows(p.out, b, h, i0, rows, acc, dv_p, T(1));
+    }
+  }
+}
+
+// dS = P (dP - D) over a tile, in place in dp, with the dropout mask, the float mask's score
+// gradient and softcap's chain rule when they are on. Columns [cols, cp) are left as they are.
+template <class T>
+void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T* Pd, T* dp,
+                const T* th, const T* dvec, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                int64_t j0, int64_t cols, int64_t cp) {
+  const bool dropout = p.dropout_p > 0;
+  if (!dropout && p.softcap <= 0 && !g.dscores.data) {
+    using V = simd::Vec<T>;
+    for (int64_t r = 0; r < rows; ++r) {
+      const V d = simd::splat(dvec[r]);
+      for (int64_t c = 0; c < cp; c += simd::kLanes<T>) {
+        const int64_t x = r * kBc + c;
+        simd::store(dp + x, simd::load(P + x) * (simd::load(dp + x) - d));
+      }
+    }
+    return;
+  }
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  const int64_t Hq = p.heads_q(), Sq = p.len_q(), Skv = p.len_kv();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t x = r * kBc + c;
+      T d = dp[x];
+      if (dropout) d = Pd[x] != T(0) ? d * keep_scale : T(0);
+      T ds = P[x] * (d - dvec[r]);  // dS = P * (dP - D)
+      if (g.dscores.data) {
+        static_cast<T*>(g.dscores.data)[((b * Hq + h) * Sq + i0 + r) * Skv + j0 + c] = ds;
+      }
+      if (p.softcap > 0) ds *= T(1) - th[x] * th[x];
+      dp[x] = ds;
     }
   }
 }
@@ -250,89 +192,86 @@ template <class T>
 void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
+  const int64_t dv_p = round_to_lanes<T>(Dv);
   const T scale = static_cast<T>(p.scale), ninf = -std::numeric_limits<T>::infinity();
   const bool dropout = p.dropout_p > 0;
-  const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head): it owns dK and dV of that head and dQ of its query
   // heads, so there are no races and every sum has a fixed order.
 #pragma omp parallel
   {
-    std::vector<T> qt(kBr * Dqk), dot(kBr * Dv), ot(kBr * Dv), kt(kBc * Dqk), vt(kBc * Dv);
-    std::vector<T> s(kBr * kBc), pd(kBr * kBc), dp(kBr * kBc), th(kBr * kBc);
-    std::vector<T> dq(kBr * Dqk), dk(Skv * Dqk), dv(Skv * Dv), dvec(kBr), lse(kBr);
+    Buffer<T> tiles, head;
+    T* qs = tiles.get(kBr * (dq_p + 2 * dv_p + dq_p + 4 * kBc + 2));
+    T *dot = qs + kBr * dq_p, *ot = dot + kBr * dv_p, *dq = ot + kBr * dv_p;
+    T *s = dq + kBr * dq_p, *pd = s + kBr * kBc, *dp = pd + kBr * kBc, *th = dp + kBr * kBc;
+    T *dvec = th + kBr * kBc, *lse = dvec + kBr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk; ++task) {
       const int64_t b = task / Hk, hk = task % Hk;
       const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
-      std::fill(dk.begin(), dk.end(), T(0));
-      std::fill(dv.begin(), dv.end(), T(0));
+      // This head's K^T, K and V^T, packed once for every query tile; dK and dV accumulators.
+      T* kt = head.get(Dqk * skv_p + Skv * dq_p + Dv * skv_p + Skv * dq_p + Skv * dv_p);
+      T *kr = kt + Dqk * skv_p, *vt = kr + Skv * dq_p, *dk = vt + Dv * skv_p, *dv = dk + Skv * dq_p;
+      load_transposed(p.k, b, hk, kt, skv_p);
+      load_rows(p.k, b, hk, 0, Skv, kr, dq_p);
+      load_transposed(p.v, b, hk, vt, skv_p);
+      std::fill(dk, dk + Skv * (dq_p + dv_p), T(0));
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
         for (int64_t i0 = 0; i0 < Sq; i0 += kBr) {
           const int64_t rows = std::min(kBr, Sq - i0);
-          std::fill(dq.begin(), dq.end(), T(0));
-          KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
-          if (kr.lo < kr.hi) {
-            load_rows(p.q, b, h, i0, rows, qt.data());
-            Map<T>(qt.data(), rows, Dqk) *= scale;  // scaled q: scores and dK need no more scaling
-            load_rows(dout, b, h, i0, rows, dot.data());
-            load_rows(p.out, b, h, i0, rows, ot.data());
+          std::fill(dq, dq + rows * dq_p, T(0));
+          const KeyRange range = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+          if (range.lo < range.hi) {
+            load_rows(p.q, b, h, i0, rows, qs, dq_p);
+            for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= scale;  // dK needs no more scaling
+            load_rows(dout, b, h, i0, rows, dot, dv_p);
+            load_rows(p.out, b, h, i0, rows, ot, dv_p);
             const T* st = static_cast<const T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
             for (int64_t r = 0; r < rows; ++r) {
-              T d = 0;
-              for (int64_t c = 0; c < Dv; ++c) d += dot[r * Dv + c] * ot[r * Dv + c];
-              dvec[r] = d;  // D = rowsum(dO * O)
+              V d{};
+              for (int64_t c = 0; c < dv_p; c += W)
+                d += simd::load(dot + r * dv_p + c) * simd::load(ot + r * dv_p + c);
+              dvec[r] = simd::reduce_sum(d);  // D = rowsum(dO * O)
               lse[r] = st[r];
             }
           }
-          Map<T> Q(qt.data(), rows, Dqk), dO(dot.data(), rows, Dv), dQ(dq.data(), rows, Dqk);
-          for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kBc) {
-            const int64_t cols = std::min(kBc, kr.hi - j0);
-            ConstMap<T> K = tile(p.k, b, hk, j0, cols, kt.data());
-            ConstMap<T> V = tile(p.v, b, hk, j0, cols, vt.data());
-            tile_gemm(false, true, rows, cols, Dqk, Q.data(), Dqk, K.data(), K.outerStride(), false,
-                      s.data(), kBc);
-            finish_scores(p, s.data(), kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
-                          p.softcap > 0 ? th.data() : nullptr);
+          for (int64_t j0 = first_key<T>(range.lo); j0 < range.hi; j0 += kBc) {
+            const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
+            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
+            finish_scores(p, s, kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
+                          p.softcap > 0 ? th : nullptr);
             for (int64_t r = 0; r < rows; ++r) {  // P, rebuilt from the saved logsumexp
-              T* row = s.data() + r * kBc;
-              const T l = lse[r];
-              for (int64_t c = 0; c < cols; ++c)
-                row[c] = l == ninf ? T(0) : scalar::exp_any(row[c] - l);
-              std::copy(row, row + cols, pd.data() + r * kBc);
-            }
-            if (dropout) apply_dropout(p, pd.data(), kBc, b, h, i0, rows, j0, cols);
-            tile_gemm(true, false, cols, Dv, rows, pd.data(), kBc, dO.data(), Dv, true,
-                      dv.data() + j0 * Dv, Dv);  // dV += Pd^T dO
-            tile_gemm(false, true, rows, cols, Dv, dO.data(), Dv, V.data(), V.outerStride(), false,
-                      dp.data(), kBc);  // dP = dO V^T
-            for (int64_t r = 0; r < rows; ++r) {
-              T* prow = s.data() + r * kBc;
-              T* dprow = dp.data() + r * kBc;
-              const T* drop = pd.data() + r * kBc;
-              for (int64_t c = 0; c < cols; ++c) {
-                T d = dprow[c];
-                if (dropout) d = drop[c] != T(0) ? d * keep_scale : T(0);
-                T ds = prow[c] * (d - dvec[r]);  // dS = P * (dP - D)
-                if (g.dscores.data) {
-                  static_cast<T*>(g.dscores.data)[((b * Hq + h) * Sq + i0 + r) * Skv + j0 + c] = ds;
-                }
-                if (p.softcap > 0) {
-                  T t = th[r * kBc + c];
-                  ds *= T(1) - t * t;
-                }
-                dprow[c] = ds;
+              T* row = s + r * kBc;
+              std::fill(row + cols, row + cp, ninf);
+              if (lse[r] == ninf) {
+                std::fill(row, row + cp, T(0));
+                continue;
               }
+              const V l = simd::splat(lse[r]);
+              for (int64_t c = 0; c < cp; c += W)
+                simd::store(row + c, simd::exp<T>(simd::load(row + c) - l));
             }
-            tile_gemm(false, false, rows, Dqk, cols, dp.data(), kBc, K.data(), K.outerStride(),
-                      true, dQ.data(), Dqk);  // dQ += dS K
-            tile_gemm(true, false, cols, Dqk, rows, dp.data(), kBc, Q.data(), Dqk, true,
-                      dk.data() + j0 * Dqk, Dqk);  // dK += dS^T Q (q pre-scaled)
+            const T* P = s;
+            if (dropout) {
+              std::copy(s, s + rows * kBc, pd);
+              apply_dropout(p, pd, kBc, b, h, i0, rows, j0, cols);
+              P = pd;
+            }
+            // dV += Pd^T dO;  dP = dO V^T
+            tile_gemm(cols, dv_p, rows, P, 1, kBc, dot, dv_p, dv + j0 * dv_p, dv_p, true);
+            tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kBc, false);
+            score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols, cp);
+            // dQ += dS K;  dK += dS^T Q (q pre-scaled)
+            tile_gemm(rows, dq_p, cols, dp, kBc, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
+            tile_gemm(cols, dq_p, rows, dp, 1, kBc, qs, dq_p, dk + j0 * dq_p, dq_p, true);
           }
-          store_rows(g.dq, b, h, i0, rows, dq.data(), scale);
+          store_rows(g.dq, b, h, i0, rows, dq, dq_p, scale);
         }
       }
-      store_rows(g.dk, b, hk, 0, Skv, dk.data(), T(1));
-      store_rows(g.dv, b, hk, 0, Skv, dv.data(), T(1));
+      store_rows(g.dk, b, hk, 0, Skv, dk, dq_p, T(1));
+      store_rows(g.dv, b, hk, 0, Skv, dv, dv_p, T(1));
     }
   }
 }

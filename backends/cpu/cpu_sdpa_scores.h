@@ -1,0 +1,145 @@
+// The per-element score rules of the CPU SDPA kernels (DESIGN.md §4), applied to a tile of
+// scores in memory, and the tile loads and stores. Included by cpu_sdpa.cpp alone.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "backends/sdpa_params.h"
+
+namespace tg::cpu::sdpa_tiles {
+
+// rows x width block of a (B, H, S, D) view at (b, h, row0) into a row-major buffer with row
+// stride ld >= width; columns [width, ld) are zeroed (the tile products read whole vectors).
+template <class T>
+void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+               int64_t ld) {
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * sr;
+    T* d = dst + r * ld;
+    if (sd == 1) {
+      std::copy(s, s + width, d);
+    } else {
+      for (int64_t c = 0; c < width; ++c) d[c] = s[c * sd];
+    }
+    std::fill(d + width, d + ld, T(0));
+  }
+}
+
+// The transpose of the whole (b, h) matrix of v (S x D) into dst (D x ld, ld >= S); columns
+// [S, ld) zeroed.
+template <class T>
+void load_transposed(const View& v, int64_t b, int64_t h, T* dst, int64_t ld) {
+  const int64_t rows = v.sizes[2], width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1];
+  for (int64_t c = 0; c < width; ++c) {
+    T* d = dst + c * ld;
+    for (int64_t r = 0; r < rows; ++r) d[r] = src[r * sr + c * sd];
+    std::fill(d + rows, d + ld, T(0));
+  }
+}
+
+// The first `width` columns of src (row stride ld), times factor, into rows of a (B, H, S, D)
+// view at (b, h, row0).
+template <class T>
+void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, const T* src,
+                int64_t ld, T factor) {
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  T* dst = static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = src[r * ld + c] * factor;
+}
+
+inline int64_t seq_len(const View& lens, int64_t b, int64_t full) {
+  if (!lens.data) return full;
+  return static_cast<const int64_t*>(lens.data)[b * lens.strides[0]];
+}
+
+// The keys [lo, hi) that causal, window and padding leave visible to any row of a query tile;
+// {0, 0} when there are none.
+struct KeyRange {
+  int64_t lo = 0, hi = 0;
+};
+inline KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv) {
+  const int64_t shift = p.align_shift();
+  KeyRange r{0, len_kv};
+  if (p.causal) r.hi = std::min(r.hi, i0 + rows - 1 + shift + 1);
+  if (p.window > 0) r.lo = std::max<int64_t>(0, i0 + shift - p.window + 1);
+  if (r.hi <= r.lo) return {};
+  return r;
+}
+
+// Turns dot products S (rows x cols, leading dim ld; q already multiplied by the scale) into
+// the final masked scores: softcap, ALiBi, float mask, then -inf wherever a mask hides the key.
+// When `tanh_out` is given it receives tanh(s / softcap) for the backward's chain rule (0 for
+// hidden keys).
+template <class T>
+void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, int64_t j0, int64_t cols, int64_t len_q, int64_t len_kv,
+                   T* tanh_out) {
+  const T cap = static_cast<T>(p.softcap);
+  const T slope = p.alibi ? static_cast<T>(alibi_slope(h, p.heads_q())) : T(0);
+  const int64_t shift = p.align_shift();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const bool float_mask = p.mask.data && p.mask.dtype != kBool;
+  const bool bool_mask = p.mask.data && p.mask.dtype == kBool;
+  const int64_t* ms = p.mask.strides.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r, ia = i + shift;
+    T* row = S + r * ld;
+    // Keys [lo, hi) of this row that causal, window and padding leave visible.
+    int64_t lo = 0, hi = i < len_q ? len_kv : 0;
+    if (p.causal) hi = std::min(hi, ia + 1);
+    if (p.window > 0) lo = std::max(lo, ia - p.window + 1);
+    lo = std::clamp<int64_t>(lo - j0, 0, cols);
+    hi = std::clamp<int64_t>(hi - j0, lo, cols);
+    if (cap > T(0)) {
+      for (int64_t c = lo; c < hi; ++c) {
+        T t = std::tanh(row[c] / cap);
+        if (tanh_out) tanh_out[r * ld + c] = t;
+        row[c] = cap * t;
+      }
+    }
+    if (p.alibi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        const int64_t j = j0 + c;
+        row[c] -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
+      }
+    }
+    if (p.mask.data) {
+      const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
+      if (float_mask) {
+        const T* m = static_cast<const T*>(p.mask.data) + base;
+        for (int64_t c = lo; c < hi; ++c) row[c] += m[c * ms[3]];
+      } else if (bool_mask) {
+        const bool* m = static_cast<const bool*>(p.mask.data) + base;
+        for (int64_t c = lo; c < hi; ++c) row[c] = m[c * ms[3]] ? row[c] : ninf;
+      }
+    }
+    std::fill(row, row + lo, ninf);
+    std::fill(row + hi, row + cols, ninf);
+    if (tanh_out && cap > T(0)) {  // hidden keys: a defined 0 (their dS is 0 times this)
+      std::fill(tanh_out + r * ld, tanh_out + r * ld + lo, T(0));
+      std::fill(tanh_out + r * ld + hi, tanh_out + r * ld + cols, T(0));
+    }
+  }
+}
+
+// Multiplies P (rows x cols) by the dropout keep mask and 1 / (1 - p), in place.
+template <class T>
+void apply_dropout(const SdpaParams& p, T* P, int64_t ld, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, int64_t j0, int64_t cols) {
+  const float pf = static_cast<float>(p.dropout_p);
+  const T inv = static_cast<T>(1.0 / (1.0 - p.dropout_p));
+  const uint64_t skv = static_cast<uint64_t>(p.len_kv());
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t base =
+        ((static_cast<uint64_t>(b) * p.heads_q() + h) * p.len_q() + (i0 + r)) * skv + j0;
+    for (int64_t c = 0; c < cols; ++c)
+      P[r * ld + c] *= sdpa_keep(p.seed, p.offset, base + c, pf) ? inv : T(0);
+  }
+}
+
+}  // namespace tg::cpu::sdpa_tiles

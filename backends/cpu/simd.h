@@ -1,0 +1,114 @@
+// Portable SIMD for the CPU kernels, through GCC's vector extensions: one vector of the widest
+// registers the build targets (64 bytes with AVX-512, 32 with AVX/AVX2, 16 otherwise), so the
+// same source compiles to zmm, ymm or xmm code with -march=native or without it.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace tg::cpu::simd {
+
+#if defined(__AVX512F__)
+inline constexpr int kBytes = 64;
+inline constexpr int kRegisters = 32;
+#elif defined(__AVX__)
+inline constexpr int kBytes = 32;
+inline constexpr int kRegisters = 16;
+#else
+inline constexpr int kBytes = 16;
+inline constexpr int kRegisters = 16;
+#endif
+
+// The instruction set the vectors compile to, for benchmark headers.
+inline const char* isa_name() {
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__AVX__)
+  return "AVX";
+#else
+  return "SSE2";
+#endif
+}
+
+template <class T>
+struct VecOf {
+  typedef T type __attribute__((vector_size(kBytes)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+// Lanes of a vector of T.
+template <class T>
+inline constexpr int kLanes = kBytes / static_cast<int>(sizeof(T));
+
+template <class T>
+inline Vec<T> splat(T x) {
+  return Vec<T>{} + x;
+}
+// Unaligned load and store (memcpy compiles to one vmovups).
+template <class T>
+inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void store(T* p, Vec<T> v) {
+  std::memcpy(p, &v, sizeof v);
+}
+// The helpers below take the vector type itself (Vec<T> is not deducible from an argument).
+template <class V>
+inline V max(V a, V b) {
+  return a > b ? a : b;
+}
+template <class V>
+inline auto reduce_max(V v) {
+  auto m = v[0];
+  for (size_t i = 1; i < sizeof(V) / sizeof(m); ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+template <class V>
+inline auto reduce_sum(V v) {
+  auto s = v[0];
+  for (size_t i = 1; i < sizeof(V) / sizeof(s); ++i) s += v[i];
+  return s;
+}
+
+// exp lane by lane: for float32 the algorithm of scalar::exp_f32 (Cody-Waite reduction, a
+// degree-7 polynomial, 2^n in two halves; exact 0 below -104, inf above 88.7, NaN stays NaN)
+// on whole vectors; for float64 std::exp per lane (float64 is for tests and gradchecks).
+template <class T>
+inline Vec<T> exp(Vec<T> x) {
+  if constexpr (sizeof(T) == 4) {
+    using VI = Vec<int32_t>;
+    const Vec<float> lo = splat(-103.97208f), hi = splat(88.72283f);
+    const Vec<float> xc = x < lo ? lo : (x > hi ? hi : x);
+    const Vec<float> shifter = splat(12582912.0f);  // 1.5 * 2^23: rounds to the nearest integer
+    const Vec<float> n = (xc * 1.44269504f + shifter) - shifter;
+    Vec<float> r = xc - n * 0.693145752f;
+    r = r - n * 1.42860677e-6f;
+    Vec<float> p = splat(1.9841270e-4f);
+    p = p * r + 1.3888889e-3f;
+    p = p * r + 8.3333333e-3f;
+    p = p * r + 4.1666667e-2f;
+    p = p * r + 1.6666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const VI ni = __builtin_convertvector(n, VI);
+    const VI n1 = ni / 2, n2 = ni - n1;
+    const Vec<float> s1 = reinterpret_cast<Vec<float>>((n1 + 127) << 23);
+    const Vec<float> s2 = reinterpret_cast<Vec<float>>((n2 + 127) << 23);
+    Vec<float> y = p * s1 * s2;
+    y = x < lo ? splat(0.0f) : y;
+    y = x > hi ? splat(__builtin_inff()) : y;
+    return x != x ? x : y;
+  } else {
+    Vec<T> y;
+    for (int i = 0; i < kLanes<T>; ++i) y[i] = std::exp(x[i]);
+    return y;
+  }
+}
+
+}  // namespace tg::cpu::simd

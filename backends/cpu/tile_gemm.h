@@ -1,0 +1,101 @@
+// The small matrix products of the tiled CPU kernels (SDPA): a register-blocked micro-kernel
+// over vectors of the build's widest registers (simd.h). Operands are tiles that already sit in
+// L1/L2 (packed once per key/value head by the caller), so there is no packing here: A is read
+// by broadcasts at any strides, which covers A and A^T alike, and B row by row.
+//
+// Why not a BLAS: the tiles are 64 x 64 x 64 and smaller, where a library call costs its own
+// packing of both operands on every call; OpenBLAS 0.3.21 also runs its Haswell (AVX2) kernels
+// on AVX-512 Zen 4/5 machines. Measured in bench/bench_gemm_tiles.cpp and docs/PERFORMANCE.md.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "backends/cpu/simd.h"
+
+namespace tg::cpu {
+
+namespace tile_detail {
+
+// Micro-tile: kRows rows of C by up to kVecs vectors of columns, all accumulators in registers
+// (AVX-512: 6 x 4 zmm = 24 of 32 registers; AVX2 and SSE: 6 x 2 = 12 of 16).
+inline constexpr int kRows = 6;
+inline constexpr int kVecs = simd::kRegisters >= 32 ? 4 : 2;
+
+template <class T>
+using Kernel = void (*)(int64_t k, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb,
+                        T* c, int64_t ldc, bool accumulate, const T* row_scale);
+
+template <class T, int MR, int NV>
+void micro(int64_t kk, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb, T* c,
+           int64_t ldc, bool accumulate, const T* row_scale) {
+  using V = simd::Vec<T>;
+  constexpr int W = simd::kLanes<T>;
+  V acc[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const V s = simd::splat(row_scale ? row_scale[i] : T(1));
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = accumulate ? simd::load(c + i * ldc + j * W) * s : V{};
+  }
+  for (int64_t k = 0; k < kk; ++k) {
+    const T* bk = b + k * ldb;
+    const T* ap = a + k * ak;
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = simd::load(bk + j * W);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const V ai = simd::splat(ap[i * am]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) simd::store(c + i * ldc + j * W, acc[i][j]);
+  }
+}
+
+template <class T, size_t... I>
+constexpr std::array<Kernel<T>, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {&micro<T, static_cast<int>(I) / kVecs + 1, static_cast<int>(I) % kVecs + 1>...};
+}
+// kernels<T>[(rows - 1) * kVecs + vecs - 1] handles a rows x vecs micro-tile.
+template <class T>
+inline constexpr auto kernels = make_kernels<T>(std::make_index_sequence<kRows * kVecs>{});
+
+}  // namespace tile_detail
+
+// Columns are counted in whole vectors: a tile's width is rounded up to this.
+template <class T>
+constexpr int64_t round_to_lanes(int64_t n) {
+  constexpr int64_t w = simd::kLanes<T>;
+  return (n + w - 1) / w * w;
+}
+
+// C (m x n, row stride ldc) = [row_scale ⊙ C +] A B, where A(i, k) = a[i * am + k * ak] (a
+// row-major A: am = lda, ak = 1; a transposed one: am = 1, ak = lda) and B is row-major k x n
+// with row stride ldb. n must be a multiple of kLanes<T>: B and C are read and written over
+// the whole width, so callers pad their tiles (padding columns of B with zeros keeps those of C
+// finite). With row_scale, row i of C is first multiplied by row_scale[i] (the online
+// softmax's rescaling, fused into the accumulator load).
+template <class T>
+void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
+               int64_t ldb, T* c, int64_t ldc, bool accumulate, const T* row_scale = nullptr) {
+  using namespace tile_detail;
+  constexpr int64_t W = simd::kLanes<T>;
+  for (int64_t n0 = 0; n0 < n; n0 += kVecs * W) {
+    const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
+    for (int64_t m0 = 0; m0 < m; m0 += kRows) {
+      const int64_t mr = std::min<int64_t>(kRows, m - m0);
+      kernels<T>[(mr - 1) * kVecs + nv - 1](k, a + m0 * am, am, ak, b + n0, ldb,
+                                            c + m0 * ldc + n0, ldc, accumulate,
+                                            row_scale ? row_scale + m0 : nullptr);
+    }
+  }
+}
+
+}  // namespace tg::cpu
