@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
+#include "backends/cpu_api.h"
 #include "backends/cuda_api.h"
 #include "backends/kernel_profile.h"
 #include "core/dtype.h"

@@ -135,6 +135,36 @@ TEST_CASE("matmul against a reference loop: layouts, batches, 1-D") {
               std::vector<double>(6, 0.0));
 }
 
+TEST_CASE("matmul through every GEMM library of the build (cpu_gemm)") {
+  const std::string before = cpu_gemm();
+  Tensor a = rnd({70, 96}, 21), b = rnd({96, 40}, 22);
+  auto ref = naive_matmul(a.to_vector<double>(), b.to_vector<double>(), 70, 96, 40);
+  Tensor at = a.transpose(0, 1).contiguous().transpose(0, 1);
+  Tensor bt = b.transpose(0, 1).contiguous().transpose(0, 1);
+  for (const std::string& name : cpu_gemm_choices()) {
+    INFO("GEMM library " << name);
+    set_cpu_gemm(name);
+    CHECK(cpu_gemm() == name);
+    for (const auto& [x, y] : {std::pair{a, b}, std::pair{at, bt}, std::pair{a, bt}}) {
+      auto got = matmul(x.to(kFloat32), y.to(kFloat32)).to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - ref[i]) < 1e-4);
+      check_close(matmul(x, y).to_vector<double>(), ref);  // float64: OpenBLAS or Eigen
+    }
+    // a batch of small products, each single-threaded inside the OpenMP loop
+    Tensor ba = rnd({3, 5, 7}, 23).to(kFloat32), bb = rnd({3, 7, 4}, 24).to(kFloat32);
+    Tensor bc = matmul(ba, bb);
+    for (int64_t i = 0; i < 3; ++i) {
+      auto want = naive_matmul(ba.narrow(0, i, 1).contiguous().to_vector<double>(),
+                               bb.narrow(0, i, 1).contiguous().to_vector<double>(), 5, 7, 4);
+      auto got = bc.narrow(0, i, 1).contiguous().to_vector<double>();
+      for (size_t j = 0; j < got.size(); ++j) CHECK(std::abs(got[j] - want[j]) < 1e-5);
+    }
+  }
+  set_cpu_gemm(before);
+  tgtest::check_throws_with_prefix([] { set_cpu_gemm("mkl"); }, "[cpu_gemm]", "'mkl'");
+  CHECK(cpu_gemm() == before);
+}
+
 TEST_CASE("reductions over dims with keepdim") {
   Tensor x = arange(24, kFloat64).reshape({2, 3, 4});
   check_close(tg::sum(x).to_vector<double>(), {276});

@@ -1,11 +1,11 @@
-// Batched GEMM over our buffers: OpenBLAS (OpenMP flavour) when the build found it
-// (TAPEGRAD_BLAS), else Eigen maps. Many small matrices: one thread each (both run
+// Batched GEMM over our buffers: the library cpu_gemm() names (oneDNN or OpenBLAS, see
+// cpu_gemm.cpp), else Eigen maps. Many small matrices: one thread each (all of them run
 // single-threaded inside an OpenMP region); few large ones: the library's own threads, drawn
 // from the same OpenMP pool.
 #include <Eigen/Core>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "core/error.h"
 
 namespace tg::cpu {
@@ -59,11 +59,8 @@ void matmul_typed(const View& a, const View& b, const View& c) {
         for (int64_t j = 0; j < n; ++j) cp[co + i * ldc + j] = T(0);
       return;
     }
-#ifdef TAPEGRAD_OPENBLAS
     // A row-major operand is NoTrans, a column-major one Trans.
-    blas_gemm(!ra, !rb, m, n, k, ap + ao, lda, bp + bo, ldb, false, cp + co, ldc);
-    return;
-#endif
+    if (library_gemm(!ra, !rb, m, n, k, ap + ao, lda, bp + bo, ldb, cp + co, ldc)) return;
     if (ra && rb)
       gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
     else if (ra)

@@ -1,0 +1,28 @@
+// The CPU entry points a user calls directly: which library runs the matrix products, and
+// what the CPU kernels were built for (benchmarks print both).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tg {
+
+// The library behind the CPU's float32 matrix products: "onednn", "openblas" or "eigen".
+// The default is chosen once per process: the environment variable TAPEGRAD_CPU_GEMM when
+// set, else oneDNN on a CPU with AVX-512 (where it runs about 1.8x OpenBLAS 0.3.21, whose
+// kernels stop at AVX2 on AMD Zen 4/5), else OpenBLAS, else oneDNN, else Eigen, among the
+// libraries this build has. float64 products never go to oneDNN (it has no dgemm): they take
+// OpenBLAS when the build has it, else Eigen.
+std::string cpu_gemm();
+// The libraries this build can use, "eigen" always among them.
+std::vector<std::string> cpu_gemm_choices();
+// Chooses one of cpu_gemm_choices() for the rest of the process (benchmarks, tests); any
+// other name is an error.
+void set_cpu_gemm(const std::string& name);
+
+// The vector instruction set the CPU kernels were compiled for: "AVX-512", "AVX2", "AVX" or
+// "SSE2" (TAPEGRAD_NATIVE=ON compiles for the build machine's own).
+const char* cpu_isa();
+// The processor's model name from /proc/cpuinfo ("unknown" where there is none).
+std::string cpu_model();
+
+}  // namespace tg

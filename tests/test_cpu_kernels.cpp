@@ -1,0 +1,83 @@
+// The CPU's SIMD building blocks against simple references: the vector exp (simd.h) over the
+// whole float32 range, and the register-blocked tile product (tile_gemm.h) over every
+// micro-tile shape, both operand layouts, accumulation and row scaling, float32 and float64.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/simd.h"
+#include "backends/cpu/tile_gemm.h"
+#include "test_util.h"
+
+using namespace tg::cpu;
+
+TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over its range") {
+  using V = simd::Vec<float>;
+  constexpr int W = simd::kLanes<float>;
+  std::vector<float> xs;
+  for (float x = -110.f; x < 90.f; x += 0.00731f) xs.push_back(x);
+  xs.insert(xs.end(), {0.f, -0.f, 1e-8f, -1e-8f, 88.72f, 88.73f, -87.3f, -103.9f, -104.f,
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::infinity(), 1000.f, -1000.f});
+  while (xs.size() % W) xs.push_back(0.f);
+  for (size_t i = 0; i < xs.size(); i += W) {
+    const V y = simd::exp<float>(simd::load(xs.data() + i));
+    for (int l = 0; l < W; ++l) {
+      const double want = std::exp(static_cast<double>(xs[i + l]));
+      const float got = y[l];
+      INFO("x = " << xs[i + l] << ": got " << got << ", want " << want);
+      if (want > std::numeric_limits<float>::max()) {
+        CHECK(got == std::numeric_limits<float>::infinity());
+      } else if (xs[i + l] < -103.97208f) {
+        CHECK(got == 0.f);  // documented: exact 0 below -104
+      } else if (want < 1.2e-38) {  // subnormal results: a couple of subnormal steps
+        CHECK(std::abs(got - want) <= 4e-45 + 2.4e-7 * want);
+      } else {
+        CHECK(std::abs(got - want) <= 2.4e-7 * want);
+      }
+    }
+  }
+  V nan = simd::splat(std::numeric_limits<float>::quiet_NaN());
+  CHECK(std::isnan(simd::exp<float>(nan)[0]));
+}
+
+template <class T>
+void check_tile_gemm(double tol) {
+  constexpr int64_t W = simd::kLanes<T>;
+  // Shapes that cover every rows remainder of the 6-row micro-tile and every vector count.
+  for (int64_t m : {1, 5, 6, 7, 13}) {
+    for (int64_t n : {W, 2 * W, 3 * W, 5 * W}) {
+      for (int64_t k : {0, 1, 9, 33}) {
+        for (bool transposed : {false, true}) {
+          for (bool accumulate : {false, true}) {
+            const int64_t lda = transposed ? m + 3 : k + 2, ldb = n + W, ldc = n + 2 * W;
+            std::vector<T> a((transposed ? k : m) * lda + 1), b(k * ldb + 1), c(m * ldc);
+            std::vector<T> scale(m);
+            for (size_t i = 0; i < a.size(); ++i) a[i] = T(std::sin(0.37 * i));
+            for (size_t i = 0; i < b.size(); ++i) b[i] = T(std::cos(0.11 * i));
+            for (size_t i = 0; i < c.size(); ++i) c[i] = T(0.01 * (i % 17));
+            for (int64_t i = 0; i < m; ++i) scale[i] = T(0.5 + 0.25 * i);
+            std::vector<T> want = c;
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double s = accumulate ? double(c[i * ldc + j]) * scale[i] : 0.0;
+                for (int64_t p = 0; p < k; ++p)
+                  s += double(transposed ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+                want[i * ldc + j] = T(s);
+              }
+            tile_gemm<T>(m, n, k, a.data(), transposed ? 1 : lda, transposed ? lda : 1, b.data(),
+                         ldb, c.data(), ldc, accumulate, accumulate ? scale.data() : nullptr);
+            INFO("m=" << m << " n=" << n << " k=" << k << " transposed=" << transposed
+                      << " accumulate=" << accumulate);
+            for (size_t i = 0; i < c.size(); ++i) CHECK(std::abs(c[i] - want[i]) <= tol);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tile_gemm against a triple loop: every micro-tile, A and A^T, accumulate, scale") {
+  check_tile_gemm<float>(2e-5);
+  check_tile_gemm<double>(1e-12);
+}
