@@ -49,6 +49,7 @@ void row(const char* name, double ours, double ref) {
 
 static int run(const bench::Args& args) {
   tg::set_num_threads(args.number(0, "threads", 2));
+  bench::print_machine();
   g_cuda = args.device == "cuda";
   const tg::Device dev = g_cuda ? tg::kCUDA : tg::kCPU;
   // Plain CPU loops as the reference; skipped (0) on CUDA.

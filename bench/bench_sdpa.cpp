@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     const bench::Args args =
         bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory"});
     tg::set_num_threads(args.number(0, "threads", 2));
+    bench::print_machine();
     if (args.device == "cuda") {
       g_device = tg::kCUDA;
       for (bool causal : {false, true}) {

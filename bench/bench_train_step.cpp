@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     const int threads = args.number(0, "threads", 0), steps = args.number(1, "steps", 5);
     const tg::Device device = args.device == "cuda" ? tg::kCUDA : tg::kCPU;
     if (threads > 0) tg::set_num_threads(threads);
+    bench::print_machine();
     tg::nn::TransformerConfig cfg;
     cfg.vocab = 256;
     cfg.d_model = 256;

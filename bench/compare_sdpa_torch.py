@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_util import median_ms
+from bench_util import median_ms, split_machine
 
 
 def torch_times(b, hq, hk, s, d, causal, backend, device):
@@ -51,13 +51,15 @@ def main():
     torch.set_num_threads(threads)
     out = subprocess.run([exe, str(threads), device], check=True, capture_output=True,
                          text=True).stdout
+    header, lines = split_machine(out, threads)
+    print(header)
     print(f"torch {torch.__version__}, {device}, {threads} threads, float32; "
           "times are medians in ms")
     print(f"| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch {fused.name} fwd+bwd | "
           "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     mem = []
-    for line in out.splitlines():
+    for line in lines:
         f = line.split("\t")
         if f[0] == "mem":
             mem.append(f)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import torch
 
-from bench_util import median_ms
+from bench_util import median_ms, split_machine
 
 
 def torch_cases(device):
@@ -54,8 +54,10 @@ def main():
     torch.set_num_threads(threads)
     out = subprocess.run([exe, str(threads), device], check=True, capture_output=True,
                          text=True).stdout
+    header, lines = split_machine(out, threads)
+    print(header)
     ours = {}
-    for line in out.splitlines():
+    for line in lines:
         name, t_ours, t_ref = line.split("\t")
         ours[name] = (float(t_ours), float(t_ref))
     cases = torch_cases(device)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench_util import median_ms
+from bench_util import median_ms, split_machine
 
 VOCAB, D, LAYERS, HQ, HK, FFN, B, S = 256, 256, 4, 8, 2, 768, 16, 128
 DH = D // HQ
@@ -114,8 +114,10 @@ def main():
     for r in range(rounds):
         out = subprocess.run([exe, str(threads), str(steps), device], check=True,
                              capture_output=True, text=True).stdout
+        header, lines = split_machine(out, threads)
         if r == 0:
-            print(out.rstrip())
+            print(header)
+            print("\n".join(lines))
         ours.append(float(next(l.split("\t")[1] for l in out.splitlines()
                                if l.startswith("step_ms"))))
         theirs.append(torch_step_ms(steps, device))
@@ -127,6 +129,9 @@ def main():
     print(f"{'pytorch':12}{b:10.1f}{tokens / b * 1e3:10.0f}")
     print(f"speedup (pytorch ms / tapegrad ms): {b / a:.2f}x  [torch {torch.__version__}, "
           f"{threads} threads, {device}]")
+    print(f"rounds: tapegrad {' / '.join(f'{x:.1f}' for x in ours)} ms, "
+          f"pytorch {' / '.join(f'{x:.1f}' for x in theirs)} ms")
+    print(header)
 
 
 if __name__ == "__main__":

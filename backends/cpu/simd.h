@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace tg::cpu::simd {
 
@@ -42,9 +43,16 @@ using Vec = typename VecOf<T>::type;
 template <class T>
 inline constexpr int kLanes = kBytes / static_cast<int>(sizeof(T));
 
+namespace detail {
+template <class T, size_t... I>
+inline Vec<T> splat(T x, std::index_sequence<I...>) {
+  return Vec<T>{((void)I, x)...};
+}
+}  // namespace detail
+// x in every lane: one vbroadcastss/sd (`Vec<T>{} + x` would add first, as 0 + -0 is +0).
 template <class T>
 inline Vec<T> splat(T x) {
-  return Vec<T>{} + x;
+  return detail::splat(x, std::make_index_sequence<kLanes<T>>{});
 }
 // Unaligned load and store (memcpy compiles to one vmovups).
 template <class T>
