@@ -1,5 +1,5 @@
-// The CPU's SIMD building blocks against simple references: the vector exp (simd.h) over the
-// whole float32 range, and the register-blocked tile product (tile_gemm.h) over every
+// The CPU's SIMD building blocks against simple references: the vector exps (simd.h) over
+// their float32 ranges, and the register-blocked tile product (tile_gemm.h) over every
 // micro-tile shape, both operand layouts, accumulation and row scaling, float32 and float64.
 #include <cmath>
 #include <limits>
@@ -39,6 +39,29 @@ TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over i
   }
   V nan = simd::splat(std::numeric_limits<float>::quiet_NaN());
   CHECK(std::isnan(simd::exp<float>(nan)[0]));
+}
+
+TEST_CASE("simd::exp_nonpositive: within 2 ulp on [-87.3, 0], exactly 0 below and for -inf") {
+  using V = simd::Vec<float>;
+  constexpr int W = simd::kLanes<float>;
+  std::vector<float> xs;
+  for (float x = -95.f; x < 0.01f; x += 0.00317f) xs.push_back(x);
+  xs.insert(xs.end(), {0.f, -0.f, 1e-7f, -1e-8f, -87.33f, -87.34f, -1000.f,
+                       -std::numeric_limits<float>::infinity()});
+  while (xs.size() % W) xs.push_back(0.f);
+  for (size_t i = 0; i < xs.size(); i += W) {
+    const V y = simd::exp_nonpositive<float>(simd::load(xs.data() + i));
+    for (int l = 0; l < W; ++l) {
+      const double want = std::exp(static_cast<double>(xs[i + l]));
+      INFO("x = " << xs[i + l] << ": got " << y[l] << ", want " << want);
+      if (xs[i + l] < -87.33654f) {
+        CHECK(y[l] == 0.f);
+      } else {
+        CHECK(std::abs(y[l] - want) <= 2.4e-7 * want);
+      }
+    }
+  }
+  CHECK(std::isnan(simd::exp_nonpositive<float>(simd::splat(std::nanf("")))[0]));
 }
 
 template <class T>

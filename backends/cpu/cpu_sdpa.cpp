@@ -86,7 +86,7 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
     const V vm = simd::splat(mt);
     V sum{};
     for (int64_t c = 0; c < cp; c += W) {
-      const V e = simd::exp<T>(simd::load(row + c) - vm);
+      const V e = simd::exp_nonpositive<T>(simd::load(row + c) - vm);
       simd::store(row + c, e);
       sum += e;
     }
@@ -251,7 +251,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               }
               const V l = simd::splat(lse[r]);
               for (int64_t c = 0; c < cp; c += W)
-                simd::store(row + c, simd::exp<T>(simd::load(row + c) - l));
+                simd::store(row + c, simd::exp_nonpositive<T>(simd::load(row + c) - l));
             }
             const T* P = s;
             if (dropout) {

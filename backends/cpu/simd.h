@@ -119,4 +119,36 @@ inline Vec<T> exp(Vec<T> x) {
   }
 }
 
+// e^x for the arguments of a softmax, x <= 0 (s - max, s - logsumexp; a rounding-level
+// positive x is fine too): the polynomial of exp above with one 2^n, which is all x >= -87.3
+// needs; below that, where float32 results would be subnormal (< 1.2e-38 next to a row sum of
+// at least 1), the result is 0, and so for -inf (masked scores). Within 2 ulp of exp on
+// [-87.3, 0]. About a third fewer instructions than exp: the online softmax runs it on every
+// score. float64: std::exp.
+template <class T>
+inline Vec<T> exp_nonpositive(Vec<T> x) {
+  if constexpr (sizeof(T) == 4) {
+    using VI = Vec<int32_t>;
+    const Vec<float> lo = splat(-87.33654f);  // ln of the smallest normal float
+    const Vec<float> xc = x < lo ? lo : x;
+    const Vec<float> shifter = splat(12582912.0f);
+    const Vec<float> n = (xc * 1.44269504f + shifter) - shifter;
+    Vec<float> r = xc - n * 0.693145752f;
+    r = r - n * 1.42860677e-6f;
+    Vec<float> p = splat(1.9841270e-4f);
+    p = p * r + 1.3888889e-3f;
+    p = p * r + 8.3333333e-3f;
+    p = p * r + 4.1666667e-2f;
+    p = p * r + 1.6666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const VI ni = __builtin_convertvector(n, VI);
+    const Vec<float> y = p * reinterpret_cast<Vec<float>>((ni + 127) << 23);
+    return x < lo ? splat(0.0f) : y;
+  } else {
+    return exp<T>(x);
+  }
+}
+
 }  // namespace tg::cpu::simd
