@@ -19,11 +19,10 @@ namespace bench {
 // compare_*.py scripts print it above their tables).
 inline void print_machine() {
   const char* cpu_has = __builtin_cpu_supports("avx512f") ? "AVX-512"
-                        : __builtin_cpu_supports("avx2") ? "AVX2"
-                                                         : "no AVX2";
-  std::printf("machine\tCPU %s (%s)\tkernels %s\t%d threads\tGEMM %s\n",
-              tg::cpu_model().c_str(), cpu_has, tg::cpu_isa(), tg::get_num_threads(),
-              tg::cpu_gemm().c_str());
+                        : __builtin_cpu_supports("avx2")  ? "AVX2"
+                                                          : "no AVX2";
+  std::printf("machine\tCPU %s (%s)\tkernels %s\t%d threads\tGEMM %s\n", tg::cpu_model().c_str(),
+              cpu_has, tg::cpu_isa(), tg::get_num_threads(), tg::cpu_gemm().c_str());
   std::fflush(stdout);
 }
 

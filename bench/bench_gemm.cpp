@@ -84,8 +84,8 @@ std::vector<double> run_shape(const Shape& s, std::vector<Library>& libs, int re
 #ifdef TAPEGRAD_BENCH_ONEDNN
       out.push_back(gflop / median_ms(
                                 [&] {
-                                  dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k,
-                                             1.f, a.data(), ac, b.data(), bc, 0.f, c.data(), s.n);
+                                  dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.f,
+                                             a.data(), ac, b.data(), bc, 0.f, c.data(), s.n);
                                 },
                                 reps));
 #else

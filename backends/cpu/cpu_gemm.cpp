@@ -45,8 +45,8 @@ Engine parse(const std::string& name) {
     if (name == name_of(e)) return e;
   std::string choices;
   for (Engine e : built()) choices += std::string(choices.empty() ? "" : ", ") + name_of(e);
-  throw Error("[cpu_gemm] unknown or unavailable GEMM library '" + name + "'; this build has: " +
-              choices);
+  throw Error("[cpu_gemm] unknown or unavailable GEMM library '" + name +
+              "'; this build has: " + choices);
 }
 
 Engine default_engine() {
@@ -106,9 +106,9 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
     case Engine::OneDNN:
 #ifdef TAPEGRAD_ONEDNN
     {
-      const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a,
-                                          std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1),
-                                          0.0f, c, std::max<int64_t>(ldc, 1));
+      const dnnl_status_t st =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, std::max<int64_t>(lda, 1), b,
+                     std::max<int64_t>(ldb, 1), 0.0f, c, std::max<int64_t>(ldc, 1));
       TG_CHECK(st == dnnl_success, "matmul", "oneDNN's sgemm failed with status ",
                static_cast<int>(st), " for m=", m, " n=", n, " k=", k);
       return true;
@@ -129,8 +129,8 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   return false;
 }
 
-bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
-                  int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
+bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                  const double* b, int64_t ldb, double* c, int64_t ldc) {
 #ifdef TAPEGRAD_OPENBLAS
   if (engine() != Engine::Eigen) {
     cblas_dgemm(CblasRowMajor, trans(ta), trans(tb), static_cast<blasint>(m),

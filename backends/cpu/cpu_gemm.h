@@ -10,7 +10,7 @@ namespace tg::cpu {
 // Eigen (or, for float64, when no library here has a dgemm).
 bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float* c, int64_t ldc);
-bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
-                  int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
+bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                  const double* b, int64_t ldb, double* c, int64_t ldc);
 
 }  // namespace tg::cpu

@@ -6,7 +6,7 @@
 // read row by row with whole vectors, so each key/value head is packed once (K^T and V for the
 // forward, K^T, K and V^T for the backward, rows padded to whole vectors with zeros) and then
 // read by every query tile of every query head of its group. Scores, P and dS stay in one
-// kBr x kBc tile per thread (64 KiB at float32), where the score rules, the online softmax and
+// kBr x kBc tile per thread (32 KiB at float32), where the score rules, the online softmax and
 // the dropout run over whole vectors.
 #include <algorithm>
 #include <cmath>

@@ -91,9 +91,8 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t 
     const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
     for (int64_t m0 = 0; m0 < m; m0 += kRows) {
       const int64_t mr = std::min<int64_t>(kRows, m - m0);
-      kernels<T>[(mr - 1) * kVecs + nv - 1](k, a + m0 * am, am, ak, b + n0, ldb,
-                                            c + m0 * ldc + n0, ldc, accumulate,
-                                            row_scale ? row_scale + m0 : nullptr);
+      kernels<T>[(mr - 1) * kVecs + nv - 1](k, a + m0 * am, am, ak, b + n0, ldb, c + m0 * ldc + n0,
+                                            ldc, accumulate, row_scale ? row_scale + m0 : nullptr);
     }
   }
 }
