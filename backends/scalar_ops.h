@@ -15,25 +15,33 @@ TG_HD inline float bits_to_float(int bits) {
 #endif
 }
 
-// exp for float32 that the compiler can vectorize (std::exp is a library call it cannot):
-// Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-7 Taylor polynomial for e^r
-// (truncation error below 1e-8 relative), then 2^n from the exponent bits. Within 2 ulp of
-// std::exp; exact 0 below -104 (so exp(-inf) = 0), inf above 88.7, NaN stays NaN.
-TG_HD inline float exp_f32(float x) {
-  const float hi = 88.72283f, lo = -103.97208f;
-  float xc = x < lo ? lo : (x > hi ? hi : x);
+// The core of exp_f32, for float and for GCC's float vectors alike (backends/cpu/simd.h):
+// Cody-Waite reduction xc = n ln2 + r, |r| <= ln2/2, and a degree-7 Taylor polynomial for e^r
+// (truncation error below 1e-8 relative). Sets n = round(xc / ln2) and returns e^r.
+template <class F>
+TG_HD inline F exp_reduced(F xc, F& n) {
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
-  float n = (xc * 1.44269504f + shifter) - shifter;
-  float r = xc - n * 0.693145752f;  // ln2 split in two for an exact product
+  n = (xc * 1.44269504f + shifter) - shifter;
+  F r = xc - n * 0.693145752f;  // ln2 split in two for an exact product
   r = r - n * 1.42860677e-6f;
-  float p = 1.9841270e-4f;
-  p = p * r + 1.3888889e-3f;
+  F p = r * 1.9841270e-4f + 1.3888889e-3f;
   p = p * r + 8.3333333e-3f;
   p = p * r + 4.1666667e-2f;
   p = p * r + 1.6666667e-1f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
+  return p;
+}
+
+// exp for float32 that the compiler can vectorize (std::exp is a library call it cannot):
+// exp_reduced, then 2^n from the exponent bits. Within 2 ulp of std::exp; exact 0 below -104
+// (so exp(-inf) = 0), inf above 88.7, NaN stays NaN.
+TG_HD inline float exp_f32(float x) {
+  const float hi = 88.72283f, lo = -103.97208f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  float n;
+  const float p = exp_reduced(xc, n);
   // 2^n in two halves so that n down to -150 (subnormal results) stays representable.
   int ni = static_cast<int>(n);
   int n1 = ni / 2, n2 = ni - n1;

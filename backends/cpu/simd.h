@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "backends/scalar_ops.h"
+
 namespace tg::cpu::simd {
 
 #if defined(__AVX512F__)
@@ -83,8 +85,8 @@ inline auto reduce_sum(V v) {
   return s;
 }
 
-// exp lane by lane: for float32 the algorithm of scalar::exp_f32 (Cody-Waite reduction, a
-// degree-7 polynomial, 2^n in two halves; exact 0 below -104, inf above 88.7, NaN stays NaN)
+// exp lane by lane: for float32 the algorithm of scalar::exp_f32 (scalar::exp_reduced, then
+// 2^n in two halves; exact 0 below -104, inf above 88.7, NaN stays NaN)
 // on whole vectors; for float64 std::exp per lane (float64 is for tests and gradchecks).
 template <class T>
 inline Vec<T> exp(Vec<T> x) {
@@ -92,18 +94,8 @@ inline Vec<T> exp(Vec<T> x) {
     using VI = Vec<int32_t>;
     const Vec<float> lo = splat(-103.97208f), hi = splat(88.72283f);
     const Vec<float> xc = x < lo ? lo : (x > hi ? hi : x);
-    const Vec<float> shifter = splat(12582912.0f);  // 1.5 * 2^23: rounds to the nearest integer
-    const Vec<float> n = (xc * 1.44269504f + shifter) - shifter;
-    Vec<float> r = xc - n * 0.693145752f;
-    r = r - n * 1.42860677e-6f;
-    Vec<float> p = splat(1.9841270e-4f);
-    p = p * r + 1.3888889e-3f;
-    p = p * r + 8.3333333e-3f;
-    p = p * r + 4.1666667e-2f;
-    p = p * r + 1.6666667e-1f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    Vec<float> n;
+    const Vec<float> p = scalar::exp_reduced(xc, n);
     const VI ni = __builtin_convertvector(n, VI);
     const VI n1 = ni / 2, n2 = ni - n1;
     const Vec<float> s1 = reinterpret_cast<Vec<float>>((n1 + 127) << 23);
@@ -131,18 +123,8 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
     using VI = Vec<int32_t>;
     const Vec<float> lo = splat(-87.33654f);  // ln of the smallest normal float
     const Vec<float> xc = x < lo ? lo : x;
-    const Vec<float> shifter = splat(12582912.0f);
-    const Vec<float> n = (xc * 1.44269504f + shifter) - shifter;
-    Vec<float> r = xc - n * 0.693145752f;
-    r = r - n * 1.42860677e-6f;
-    Vec<float> p = splat(1.9841270e-4f);
-    p = p * r + 1.3888889e-3f;
-    p = p * r + 8.3333333e-3f;
-    p = p * r + 4.1666667e-2f;
-    p = p * r + 1.6666667e-1f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    Vec<float> n;
+    const Vec<float> p = scalar::exp_reduced(xc, n);
     const VI ni = __builtin_convertvector(n, VI);
     const Vec<float> y = p * reinterpret_cast<Vec<float>>((ni + 127) << 23);
     return x < lo ? splat(0.0f) : y;
