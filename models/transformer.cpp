@@ -62,10 +62,10 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, LayerCache* cache
   // Heads are split as (B, S, H, D) views of the packed projection and handed to sdpa as
   // (B, H, S, D) strided views.
   const int64_t hq = cfg_.heads, hk = cfg_.kv_heads;
-  Tensor qkv = wqkv_->forward(x).view({b, s, hq + 2 * hk, dh});
-  Tensor q = rope(qkv.slice(2, 0, hq), ro).transpose(1, 2);
-  Tensor k = rope(qkv.slice(2, hq, hq + hk), ro).transpose(1, 2);
-  Tensor v = qkv.slice(2, hq + hk, hq + 2 * hk).transpose(1, 2);
+  std::vector<Tensor> qkv = split(wqkv_->forward(x).view({b, s, hq + 2 * hk, dh}), {hq, hk, hk}, 2);
+  Tensor q = rope(qkv[0], ro).transpose(1, 2);
+  Tensor k = rope(qkv[1], ro).transpose(1, 2);
+  Tensor v = qkv[2].transpose(1, 2);
   SdpaOptions so;
   so.causal = true;
   if (cache) {

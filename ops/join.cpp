@@ -1,6 +1,7 @@
 #include "ops/join.h"
 
 #include "autograd/autograd.h"
+#include "autograd/grad_mode.h"
 #include "ops/op_util.h"
 
 namespace tg {
@@ -67,12 +68,22 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   TG_CHECK(total == x.sizes()[d], "split", "split sizes ", shape_str(sizes), " sum to ", total,
            ", expected ", x.sizes()[d], " (dim ", d, " of shape ", shape_str(x.sizes()), ")");
+  // The parts are views of x; one node sends all their gradients back as one cat (each part's
+  // gradient copied once) where a node per part would build a zero tensor of x's size per part
+  // and add them up (the transformer splits its packed q/k/v projection this way every layer).
   std::vector<Tensor> out;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    out.push_back(x.narrow(d, at, s));
-    at += s;
+  {
+    NoGradGuard views_only;
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+      out.push_back(x.narrow(d, at, s));
+      at += s;
+    }
   }
+  std::vector<Tensor*> parts;
+  for (Tensor& t : out) parts.push_back(&t);
+  record("split", {x}, parts,
+         [d](const std::vector<Tensor>& g) { return std::vector<Tensor>{cat(g, d)}; });
   return out;
 }
 

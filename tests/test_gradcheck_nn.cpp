@@ -55,6 +55,11 @@ TEST_CASE("cat, stack, split, chunk") {
     return add(mul(parts[0], parts[1]), exp(parts[2]).expand({3, 2}));
   };
   CHECK_GRADCHECK(sp, std::vector<Tensor>{leaf(rnd({3, 5}, 5))});
+  // one node for all parts: an unused part gets zeros; a strided input
+  Fn sp_one = [](const std::vector<Tensor>& x) {
+    return exp(split(x[0], std::vector<int64_t>{1, 3, 1}, 0)[1]);
+  };
+  CHECK_GRADCHECK(sp_one, std::vector<Tensor>{leaf(rnd({4, 5}, 6).transpose(0, 1))});
   Fn ch = [](const std::vector<Tensor>& x) {
     auto parts = chunk(x[0], 2, 0);
     return matmul(parts[0], parts[1].transpose(0, 1));
