@@ -5,7 +5,7 @@
 //
 // Why not a BLAS: the tiles are 64 x 64 x 64 and smaller, where a library call costs its own
 // packing of both operands on every call; OpenBLAS 0.3.21 also runs its Haswell (AVX2) kernels
-// on AVX-512 Zen 4/5 machines. Measured in bench/bench_gemm_tiles.cpp and docs/PERFORMANCE.md.
+// on AVX-512 Zen 4/5 machines. Measured in bench/bench_gemm.cpp and docs/PERFORMANCE.md.
 #pragma once
 #include <algorithm>
 #include <array>
