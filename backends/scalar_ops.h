@@ -67,6 +67,12 @@ TG_HD inline T sigmoid(T x) {
   return T(1) / (T(1) + exp_any(-x));
 }
 
+// silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x).
+template <class T>
+TG_HD inline T silu_grad_from_sigmoid(T x, T s) {
+  return s * (T(1) + x * (T(1) - s));
+}
+
 // GELU, tanh form: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), computed as
 // x * sigmoid(2z) (the same function) so it needs only exp.
 template <class T>
@@ -108,10 +114,8 @@ TG_HD inline T unary(UnaryOp op, T x, T p) {
       return x * sigmoid(x);
     case UnaryOp::Gelu:
       return gelu(x);
-    case UnaryOp::SiluGrad: {
-      T s = sigmoid(x);
-      return s * (T(1) + x * (T(1) - s));
-    }
+    case UnaryOp::SiluGrad:
+      return silu_grad_from_sigmoid(x, sigmoid(x));
     case UnaryOp::GeluGrad:
       return gelu_grad(x);
     case UnaryOp::Pow:

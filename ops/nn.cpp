@@ -3,6 +3,8 @@
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/fused_kernels.h"
+#include "ops/join.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 
@@ -40,19 +42,53 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_impl(x, dim, true, "log_softmax");
 }
 
+namespace {
+
+// The composite formulas of the fused kernels below: the reference they are tested against
+// (FusedKernelsGuard) and what runs where a backend lacks them.
+Tensor rms_norm_composite(const Tensor& x, const Tensor& weight, double eps) {
+  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), {-1}, true), eps)));
+  return weight.defined() ? mul(y, weight) : y;
+}
+
+std::vector<Tensor> rms_norm_backward_composite(const Tensor& grad, const Tensor& x,
+                                                const Tensor& weight, const Tensor& rstd) {
+  Tensor g = weight.defined() ? mul(grad, weight) : grad;
+  Tensor rs = rstd.unsqueeze(-1);
+  Tensor dx = sub(mul(rs, g), mul(mul(x, mul(rs, mul(rs, rs))), mean(mul(g, x), {-1}, true)));
+  Tensor dw;
+  if (weight.defined()) dw = sum_to(mul(mul(grad, x), rs), weight.sizes());
+  return {dx, dw};
+}
+
+Tensor swiglu_composite(const Tensor& x) {
+  const int64_t f = x.sizes().back() / 2;
+  return mul(silu(x.narrow(-1, 0, f)), x.narrow(-1, f, f));
+}
+
+Tensor swiglu_backward_composite(const Tensor& grad, const Tensor& x) {
+  const int64_t f = x.sizes().back() / 2;
+  Tensor gate = x.narrow(-1, 0, f), up = x.narrow(-1, f, f);
+  return cat({mul(mul(grad, up), unary_op(UnaryOp::SiluGrad, gate)), mul(grad, silu(gate))}, -1);
+}
+
+}  // namespace
+
 std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                       const Tensor& rstd) {
+  if (!fused_kernels()) return rms_norm_backward_composite(grad, x, weight, rstd);
   const int64_t d = x.sizes().back();
   Tensor g = grad.contiguous(), xc = x.contiguous();
   Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device()), dw;
   if (weight.defined()) dw = Tensor::empty_like_shape({d}, x.dtype(), x.device());
   const View none{nullptr, x.dtype(), {d}, {1}};
-  if (x.numel()) {
-    detail::backend_of(x).rms_norm_backward(
-        detail::view_of(g), detail::view_of(xc), weight.defined() ? detail::view_of(weight) : none,
-        detail::view_of(rstd), detail::view_of(dx), dw.defined() ? detail::view_of(dw) : none);
-  } else if (dw.defined()) {
-    dw = zeros({d}, x.options());
+  if (!x.numel()) {
+    if (dw.defined()) dw = zeros({d}, x.options());
+  } else if (!detail::backend_of(x).rms_norm_backward(
+                 detail::view_of(g), detail::view_of(xc),
+                 weight.defined() ? detail::view_of(weight) : none, detail::view_of(rstd),
+                 detail::view_of(dx), dw.defined() ? detail::view_of(dw) : none)) {
+    return rms_norm_backward_composite(grad, x, weight, rstd);
   }
   return {dx, dw};
 }
@@ -72,15 +108,16 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
              shape_str(weight.sizes()));
     w = weight.detach().contiguous();
   }
+  if (!fused_kernels()) return rms_norm_composite(x, weight, eps);
   Tensor xc = x.detach().contiguous();
   Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   Tensor y = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty_like_shape(rows, x.dtype(), x.device());
-  if (x.numel()) {
-    const View none{nullptr, x.dtype(), {d}, {1}};
-    detail::backend_of(x).rms_norm_forward(detail::view_of(xc),
-                                           w.defined() ? detail::view_of(w) : none, eps,
-                                           detail::view_of(y), detail::view_of(rstd));
+  const View none{nullptr, x.dtype(), {d}, {1}};
+  if (x.numel() && !detail::backend_of(x).rms_norm_forward(
+                       detail::view_of(xc), w.defined() ? detail::view_of(w) : none, eps,
+                       detail::view_of(y), detail::view_of(rstd))) {
+    return rms_norm_composite(x, weight, eps);
   }
   if (any_requires_grad({x, weight})) {
     SavedTensor sx(xc), sw(w), sr(rstd);
@@ -93,11 +130,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }
 
 Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
+  if (!fused_kernels()) return swiglu_backward_composite(grad, x);
   Tensor g = grad.contiguous();
   Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  if (x.numel()) {
-    detail::backend_of(x).swiglu_backward(detail::view_of(g), detail::view_of(x),
-                                          detail::view_of(dx));
+  if (x.numel() && !detail::backend_of(x).swiglu_backward(detail::view_of(g), detail::view_of(x),
+                                                          detail::view_of(dx))) {
+    return swiglu_backward_composite(grad, x);
   }
   return dx;
 }
@@ -108,12 +146,14 @@ Tensor swiglu(const Tensor& x) {
   TG_CHECK(x.dim() >= 1 && x.sizes().back() % 2 == 0, "swiglu",
            "argument 'x' must end in an even dim (gate and up halves), got shape ",
            shape_str(x.sizes()));
+  if (!fused_kernels()) return swiglu_composite(x);
   Shape out_shape = x.sizes();
   out_shape.back() /= 2;
   Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty_like_shape(out_shape, x.dtype(), x.device());
-  if (out.numel()) {
-    detail::backend_of(x).swiglu_forward(detail::view_of(xc), detail::view_of(out));
+  if (out.numel() &&
+      !detail::backend_of(x).swiglu_forward(detail::view_of(xc), detail::view_of(out))) {
+    return swiglu_composite(x);
   }
   if (any_requires_grad({x})) {
     SavedTensor sx(xc);

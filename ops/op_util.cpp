@@ -1,5 +1,20 @@
 #include "ops/op_util.h"
 
+#include <atomic>
+
+#include "ops/fused_kernels.h"
+
+namespace tg {
+
+namespace {
+std::atomic<bool> g_fused{true};
+}
+
+void set_fused_kernels(bool on) { g_fused = on; }
+bool fused_kernels() { return g_fused; }
+
+}  // namespace tg
+
 namespace tg::detail {
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {

@@ -2,6 +2,7 @@
 #pragma once
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/fused_kernels.h"
 #include "ops/join.h"
 #include "ops/linalg.h"
 #include "ops/nn.h"

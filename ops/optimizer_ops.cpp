@@ -1,9 +1,24 @@
 #include "ops/optimizer_ops.h"
 
+#include <cmath>
+
 #include "autograd/grad_mode.h"
+#include "ops/elementwise.h"
+#include "ops/fused_kernels.h"
 #include "ops/op_util.h"
 
 namespace tg {
+
+namespace {
+// The composite update (what the fused kernel computes, as fused::adamw_update spells it).
+void adamw_update_composite(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) {
+  p.mul_(1 - s.lr * s.weight_decay);
+  m.mul_(s.beta1).add_(g, 1 - s.beta1);
+  v.mul_(s.beta2).add_(mul(g, g), 1 - s.beta2);
+  Tensor denom = add(mul(sqrt(v), 1 / std::sqrt(s.bias_correction2)), s.eps);
+  p.add_(div(m, denom), -s.lr / s.bias_correction1);
+}
+}  // namespace
 
 void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) {
   const char* op = "adamw_update_";
@@ -25,8 +40,10 @@ void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW
   }
   if (p.numel()) {
     Tensor gc = g.contiguous();
-    detail::backend_of(p).adamw_step(detail::view_of(p), detail::view_of(gc), detail::view_of(m),
-                                     detail::view_of(v), s);
+    const bool fused = fused_kernels() &&
+                       detail::backend_of(p).adamw_step(detail::view_of(p), detail::view_of(gc),
+                                                        detail::view_of(m), detail::view_of(v), s);
+    if (!fused) adamw_update_composite(p, gc, m, v, s);
   }
   for (Tensor* t : {&p, &m, &v}) t->impl()->storage->bump_version();
 }

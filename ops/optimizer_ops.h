@@ -1,7 +1,7 @@
 // Fused optimizer updates: one pass over a parameter and its state instead of a chain of
 // in-place elementwise ops. Not recorded on the tape (run them under NoGradGuard).
 #pragma once
-#include "backends/backend.h"
+#include "backends/fused_math.h"  // AdamWStep
 #include "core/tensor.h"
 
 namespace tg {

@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/fused_kernels.h"
+#include "ops/join.h"
 #include "ops/op_util.h"
 
 namespace tg {
@@ -54,6 +57,23 @@ void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos
   }
 }
 
+// The composite rotation (what the fused kernel computes), differentiable by the tape: the
+// tables (S, D/2) seen as (S, 1, ..., 1, D/2) against x's pairs (..., D/2, 2).
+Tensor rope_composite(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, int64_t seq) {
+  const int64_t half = x.sizes().back() / 2;
+  Shape table{cos_t.size(0)};
+  for (int64_t i = seq + 1; i < x.dim() - 1; ++i) table.push_back(1);
+  table.push_back(half);
+  Tensor c = cos_t.reshape(table), s = sin_t.reshape(table);
+  Shape pairs = x.sizes();
+  pairs.back() = half;
+  pairs.push_back(2);
+  Tensor xp = x.reshape(pairs);
+  Tensor even = xp.narrow(-1, 0, 1).squeeze(-1), odd = xp.narrow(-1, 1, 1).squeeze(-1);
+  return stack({sub(mul(even, c), mul(odd, s)), add(mul(even, s), mul(odd, c))}, -1)
+      .reshape(x.sizes());
+}
+
 }  // namespace
 
 Tensor rope(const Tensor& x, const RopeOptions& opts) {
@@ -75,13 +95,15 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
   TG_CHECK(opts.offset >= 0, "rope", "argument 'offset' must be >= 0, got ", opts.offset);
   TG_CHECK(opts.theta > 0 && std::isfinite(opts.theta), "rope",
            "argument 'theta' must be a positive finite number, got ", opts.theta);
+  if (!x.numel()) return Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
+  Tensor cos_t, sin_t;
+  rope_tables(x, seq, opts, cos_t, sin_t);
+  if (!fused_kernels()) return rope_composite(x, cos_t, sin_t, seq);
   Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  if (out.numel()) {
-    Tensor cos_t, sin_t;
-    rope_tables(x, seq, opts, cos_t, sin_t);
-    detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t), detail::view_of(sin_t),
-                               seq, detail::view_of(out));
+  if (!detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t),
+                                  detail::view_of(sin_t), seq, detail::view_of(out))) {
+    return rope_composite(x, cos_t, sin_t, seq);
   }
   if (any_requires_grad({x})) {
     RopeOptions back = opts;

@@ -374,6 +374,88 @@ TEST_CASE("adamw_update_: the fused kernel against in-place ops, and its errors"
                                    "NoGradGuard");
 }
 
+namespace {
+// f's value and the gradients of sum(f * weights) with respect to each input, as one list.
+std::vector<double> value_and_grads(const Fn& f, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : inputs) in.push_back(t.detach().clone().requires_grad_(true));
+  Tensor y = f(in);
+  sum(mul(y, rnd(y.sizes(), 99))).backward();
+  std::vector<double> all = y.to_vector<double>();
+  for (const Tensor& t : in) {
+    std::vector<double> g = t.grad().to_vector<double>();
+    all.insert(all.end(), g.begin(), g.end());
+  }
+  return all;
+}
+}  // namespace
+
+TEST_CASE("fused kernels match their composite formulas, values and gradients") {
+  RopeOptions bshd;  // (B, S, H, D) with an offset
+  bshd.seq_dim = -3;
+  bshd.offset = 5;
+  struct Case {
+    const char* name;
+    Fn f;
+    bool weight;  // takes a second input, the norm's weight
+  };
+  const std::vector<Case> cases = {
+      {"rms_norm", [](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-5); },
+       true},
+      {"rms_norm, no weight",
+       [](const std::vector<Tensor>& in) { return rms_norm(in[0], Tensor(), 0.0); }, false},
+      {"swiglu", [](const std::vector<Tensor>& in) { return swiglu(in[0]); }, false},
+      {"rope", [](const std::vector<Tensor>& in) { return rope(in[0]); }, false},
+      {"rope (B, S, H, D)", [bshd](const std::vector<Tensor>& in) { return rope(in[0], bshd); },
+       false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    // A strided x (its last two dims transposed) for the comparison, a small one to gradcheck.
+    std::vector<Tensor> inputs = {rnd({2, 3, 6, 4}, 41, -2, 2).transpose(2, 3)};
+    std::vector<Tensor> small = {leaf(rnd({2, 3, 4}, 43))};
+    if (c.weight) {
+      inputs.push_back(rnd({6}, 42));
+      small.push_back(leaf(rnd({4}, 44)));
+    }
+    std::vector<double> fused = value_and_grads(c.f, inputs), composite;
+    {
+      FusedKernelsGuard off(false);
+      CHECK_FALSE(fused_kernels());
+      composite = value_and_grads(c.f, inputs);
+      CHECK_GRADCHECK(c.f, small);
+    }
+    CHECK(fused_kernels());
+    tgtest::check_close(fused, composite, 1e-12);
+  }
+  // The fused backward functions themselves, against their composite formulas.
+  Tensor x = rnd({3, 8}, 45), g = rnd({3, 8}, 46), w = rnd({8}, 47);
+  Tensor rstd = rsqrt(add(mean(mul(x, x), {-1}), 1e-5));
+  Tensor gh = g.narrow(1, 0, 4);
+  std::vector<Tensor> fused = rms_norm_backward(g, x, w, rstd);
+  Tensor fused_swiglu = swiglu_backward(gh, x);
+  FusedKernelsGuard off(false);
+  std::vector<Tensor> composite = rms_norm_backward(g, x, w, rstd);
+  tgtest::check_close(fused[0].to_vector<double>(), composite[0].to_vector<double>(), 1e-13);
+  tgtest::check_close(fused[1].to_vector<double>(), composite[1].to_vector<double>(), 1e-13);
+  tgtest::check_close(fused_swiglu.to_vector<double>(), swiglu_backward(gh, x).to_vector<double>(),
+                      1e-14);
+}
+
+TEST_CASE("adamw_update_: the fused kernel and the composite update agree") {
+  Tensor p = rnd({5, 7}, 51), g = rnd({5, 7}, 52), m = rnd({5, 7}, 53), v = rnd({5, 7}, 54, 0, 1);
+  Tensor p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
+  const AdamWStep s{0.02, 0.8, 0.95, 1e-8, 0.05, 0.2, 0.1};
+  adamw_update_(p, g, m, v, s);
+  {
+    FusedKernelsGuard off(false);
+    adamw_update_(p2, g.transpose(0, 1).contiguous().transpose(0, 1), m2, v2, s);
+  }
+  tgtest::check_close(p.to_vector<double>(), p2.to_vector<double>(), 1e-14);
+  tgtest::check_close(m.to_vector<double>(), m2.to_vector<double>(), 1e-15);
+  tgtest::check_close(v.to_vector<double>(), v2.to_vector<double>(), 1e-15);
+}
+
 TEST_CASE("kernel profiling counts kernels by kind while on") {
   reset_kernel_profile();
   set_kernel_profiling(true);

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/scalar_ops.h"
+#include "backends/fused_math.h"
 
 namespace tg::cpu {
 
@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
 }
 
-void CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
                                   const View& rstd) {
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
@@ -36,9 +36,10 @@ void CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, cons
       }
     }
   });
+  return true;
 }
 
-void CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
                                    const View& dx, const View& dw) {
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
@@ -85,9 +86,10 @@ void CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
       for (int64_t c = c0; c < c1; ++c) dwp[c] = static_cast<T>(acc[c - c0]);
     }
   });
+  return true;
 }
 
-void CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
+bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                       const View& out) {
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
@@ -107,16 +109,14 @@ void CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
       const T* c = cp + pos * half;
       const T* s = sp + pos * half;
       T* o = op + r * d;
-      for (int64_t i = 0; i < half; ++i) {
-        const T e = xr[2 * i], od = xr[2 * i + 1];
-        o[2 * i] = e * c[i] - od * s[i];
-        o[2 * i + 1] = e * s[i] + od * c[i];
-      }
+      for (int64_t i = 0; i < half; ++i)
+        fused::rope_rotate(xr[2 * i], xr[2 * i + 1], c[i], s[i], o[2 * i], o[2 * i + 1]);
     }
   });
+  return true;
 }
 
-void CpuBackend::swiglu_forward(const View& x, const View& out) {
+bool CpuBackend::swiglu_forward(const View& x, const View& out) {
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = out.sizes.back(), rows = f ? out.numel() / f : 0;
@@ -127,12 +127,13 @@ void CpuBackend::swiglu_forward(const View& x, const View& out) {
       const T* __restrict gate = xp + r * 2 * f;
       const T* __restrict up = gate + f;
       T* __restrict o = op + r * f;
-      for (int64_t c = 0; c < f; ++c) o[c] = gate[c] * scalar::sigmoid(gate[c]) * up[c];
+      for (int64_t c = 0; c < f; ++c) o[c] = fused::swiglu(gate[c], up[c]);
     }
   });
+  return true;
 }
 
-void CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
+bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = dout.sizes.back(), rows = f ? dout.numel() / f : 0;
@@ -147,16 +148,13 @@ void CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx
       const T* __restrict g = gp + r * f;
       T* __restrict dgate = dp + r * 2 * f;
       T* __restrict dup = dgate + f;
-      for (int64_t c = 0; c < f; ++c) {
-        const T a = gate[c], s = scalar::sigmoid(a), silu = a * s;
-        dgate[c] = g[c] * up[c] * (s + silu * (T(1) - s));  // silu' = s (1 + a (1 - s))
-        dup[c] = g[c] * silu;
-      }
+      for (int64_t c = 0; c < f; ++c) fused::swiglu_grad(gate[c], up[c], g[c], dgate[c], dup[c]);
     }
   });
+  return true;
 }
 
-void CpuBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
+bool CpuBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
                             const AdamWStep& s) {
   dispatch_float(p.dtype, [&](auto t) {
     using T = decltype(t);
@@ -165,21 +163,11 @@ void CpuBackend::adamw_step(const View& p, const View& g, const View& m, const V
     const T* gp = static_cast<const T*>(g.data);
     T* mp = static_cast<T*>(m.data);
     T* vp = static_cast<T*>(v.data);
-    const T decay = static_cast<T>(1 - s.lr * s.weight_decay);
-    const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
-    const T a1 = static_cast<T>(1 - s.beta1), a2 = static_cast<T>(1 - s.beta2);
-    const T inv_sqrt_bc2 = static_cast<T>(1 / std::sqrt(s.bias_correction2));
-    const T step = static_cast<T>(s.lr / s.bias_correction1), eps = static_cast<T>(s.eps);
+    const fused::AdamWConstants<T> c(s);
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = gp[i];
-      const T mi = b1 * mp[i] + a1 * gi;
-      const T vi = b2 * vp[i] + a2 * gi * gi;
-      mp[i] = mi;
-      vp[i] = vi;
-      pp[i] = pp[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-    }
+    for (int64_t i = 0; i < n; ++i) fused::adamw_update(pp[i], gp[i], mp[i], vp[i], c);
   });
+  return true;
 }
 
 }  // namespace tg::cpu

@@ -4,7 +4,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/dispatch.h"
-#include "backends/scalar_ops.h"
+#include "backends/fused_math.h"
 
 namespace tg::cuda {
 namespace {
@@ -88,9 +88,7 @@ __global__ void rope_kernel(const T* x, const T* cs, const T* sn, T* out, int64_
     const int64_t r = e / half, i = e % half;
     const int64_t pos = (r / per_pos) % len;
     const T c = cs[pos * half + i], s = sn[pos * half + i];
-    const T ev = x[2 * e], od = x[2 * e + 1];
-    out[2 * e] = ev * c - od * s;
-    out[2 * e + 1] = ev * s + od * c;
+    fused::rope_rotate(x[2 * e], x[2 * e + 1], c, s, out[2 * e], out[2 * e + 1]);
   }
 }
 
@@ -98,8 +96,7 @@ template <class T>
 __global__ void swiglu_forward_kernel(const T* x, T* out, int64_t n, int64_t f) {
   TG_GRID_STRIDE(e, n) {
     const int64_t r = e / f, c = e % f;
-    const T gate = x[r * 2 * f + c], up = x[r * 2 * f + f + c];
-    out[e] = gate * scalar::sigmoid(gate) * up;
+    out[e] = fused::swiglu(x[r * 2 * f + c], x[r * 2 * f + f + c]);
   }
 }
 
@@ -107,33 +104,23 @@ template <class T>
 __global__ void swiglu_backward_kernel(const T* dout, const T* x, T* dx, int64_t n, int64_t f) {
   TG_GRID_STRIDE(e, n) {
     const int64_t r = e / f, c = e % f;
-    const T a = x[r * 2 * f + c], up = x[r * 2 * f + f + c], g = dout[e];
-    const T s = scalar::sigmoid(a), silu = a * s;
-    dx[r * 2 * f + c] = g * up * (s + silu * (T(1) - s));
-    dx[r * 2 * f + f + c] = g * silu;
+    fused::swiglu_grad(x[r * 2 * f + c], x[r * 2 * f + f + c], dout[e], dx[r * 2 * f + c],
+                       dx[r * 2 * f + f + c]);
   }
 }
 
 template <class T>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, T decay, T b1, T b2, T a1,
-                             T a2, T inv_sqrt_bc2, T step, T eps) {
-  TG_GRID_STRIDE(i, n) {
-    const T gi = g[i];
-    const T mi = b1 * m[i] + a1 * gi;
-    const T vi = b2 * v[i] + a2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
-  }
+__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, fused::AdamWConstants<T> c) {
+  TG_GRID_STRIDE(i, n) { fused::adamw_update(p[i], g[i], m[i], v[i], c); }
 }
 
 }  // namespace
 
-void CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
+bool CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
                                    const View& rstd) {
   cudaStream_t s = enter(device);
   const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
-  if (!rows) return;
+  if (!rows) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     rms_forward_kernel<<<row_blocks(rows), kThreads, 0, s>>>(
@@ -141,13 +128,14 @@ void CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, con
         static_cast<T*>(rstd.data), rows, d);
   });
   check_launch("rms_norm kernel");
+  return true;
 }
 
-void CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
+bool CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
                                     const View& dx, const View& dw) {
   cudaStream_t s = enter(device);
   const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
-  if (!rows) return;
+  if (!rows) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const T* g = static_cast<const T*>(dy.data);
@@ -165,14 +153,15 @@ void CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w
                                                            static_cast<T*>(dw.data));
     check_launch("rms_norm weight-gradient kernels");
   });
+  return true;
 }
 
-void CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
+bool CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                        const View& out) {
   cudaStream_t s = enter(device);
   const int64_t n = static_cast<int64_t>(x.sizes.size());
   const int64_t d = x.sizes.back(), half = d / 2, rows = d ? x.numel() / d : 0;
-  if (!rows || !half) return;
+  if (!rows || !half) return true;
   int64_t per_pos = 1;  // rows between consecutive positions
   for (int64_t i = seq_dim + 1; i < n - 1; ++i) per_pos *= x.sizes[i];
   dispatch_float(x.dtype, [&](auto t) {
@@ -183,24 +172,26 @@ void CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t 
         x.sizes[seq_dim]);
   });
   check_launch("rope kernel");
+  return true;
 }
 
-void CudaBackend::swiglu_forward(const View& x, const View& out) {
+bool CudaBackend::swiglu_forward(const View& x, const View& out) {
   cudaStream_t s = enter(device);
   const int64_t f = out.sizes.back(), n = out.numel();
-  if (!n) return;
+  if (!n) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     swiglu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x.data),
                                                            static_cast<T*>(out.data), n, f);
   });
   check_launch("swiglu kernel");
+  return true;
 }
 
-void CudaBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
+bool CudaBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
   cudaStream_t s = enter(device);
   const int64_t f = dout.sizes.back(), n = dout.numel();
-  if (!n) return;
+  if (!n) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(dout.data),
@@ -208,23 +199,22 @@ void CudaBackend::swiglu_backward(const View& dout, const View& x, const View& d
                                                             static_cast<T*>(dx.data), n, f);
   });
   check_launch("swiglu backward kernel");
+  return true;
 }
 
-void CudaBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
+bool CudaBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
                              const AdamWStep& st) {
   cudaStream_t s = enter(device);
   const int64_t n = p.numel();
-  if (!n) return;
+  if (!n) return true;
   dispatch_float(p.dtype, [&](auto t) {
     using T = decltype(t);
     adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(
         static_cast<T*>(p.data), static_cast<const T*>(g.data), static_cast<T*>(m.data),
-        static_cast<T*>(v.data), n, static_cast<T>(1 - st.lr * st.weight_decay),
-        static_cast<T>(st.beta1), static_cast<T>(st.beta2), static_cast<T>(1 - st.beta1),
-        static_cast<T>(1 - st.beta2), static_cast<T>(1 / std::sqrt(st.bias_correction2)),
-        static_cast<T>(st.lr / st.bias_correction1), static_cast<T>(st.eps));
+        static_cast<T*>(v.data), n, fused::AdamWConstants<T>(st));
   });
   check_launch("adamw kernel");
+  return true;
 }
 
 }  // namespace tg::cuda

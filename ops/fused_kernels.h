@@ -1,0 +1,23 @@
+// Whether ops call a backend's fused kernels (rms_norm, swiglu, rope, the AdamW update). On by
+// default. Off, those ops run their composite formulas, written with other ops: the reference
+// the fused kernels are tested against, and what runs on a backend that lacks a fused kernel.
+#pragma once
+
+namespace tg {
+
+void set_fused_kernels(bool on);
+bool fused_kernels();
+
+// Turns the fused kernels off (or on) for a scope, then restores the setting it found.
+class FusedKernelsGuard {
+ public:
+  explicit FusedKernelsGuard(bool on) : prev_(fused_kernels()) { set_fused_kernels(on); }
+  ~FusedKernelsGuard() { set_fused_kernels(prev_); }
+  FusedKernelsGuard(const FusedKernelsGuard&) = delete;
+  FusedKernelsGuard& operator=(const FusedKernelsGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace tg
