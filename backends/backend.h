@@ -18,41 +18,16 @@ struct View {
   int64_t numel() const { return numel_of(sizes); }
 };
 
+// The elementwise ops, generated from backends/elementwise_ops.def.
 enum class UnaryOp : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Sign,
-  Tanh,
-  Sigmoid,
-  Relu,
-  Silu,
-  Gelu,
-  SiluGrad,
-  GeluGrad,    // derivatives used by backward formulas
-  Pow,         // x^param
-  IsFinite,    // -> bool
-  LogicalNot,  // bool -> bool
+#define TG_UNARY(Name, domain, expr) Name,
+#define TG_BINARY(Name, domain, expr)
+#include "backends/elementwise_ops.def"
 };
-
 enum class BinaryOp : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Maximum,
-  Minimum,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,  // -> bool
-  LogicalAnd,
-  LogicalOr,  // bool
+#define TG_UNARY(Name, domain, expr)
+#define TG_BINARY(Name, domain, expr) Name,
+#include "backends/elementwise_ops.def"
 };
 
 enum class ReduceOp : uint8_t { Sum, Max, Min };

@@ -1,8 +1,11 @@
 // Scalar functors shared by the CPU and CUDA elementwise kernels: one definition per op.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "backends/backend.h"
+#include "core/error.h"
 #include "core/philox.h"  // TG_HD
 
 namespace tg::scalar {
@@ -88,87 +91,105 @@ TG_HD inline T gelu_grad(T x) {
 }
 
 template <class T>
-TG_HD inline T unary(UnaryOp op, T x, T p) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return -x;
-    case UnaryOp::Exp:
-      return std::exp(x);
-    case UnaryOp::Log:
-      return std::log(x);
-    case UnaryOp::Sqrt:
-      return std::sqrt(x);
-    case UnaryOp::Rsqrt:
-      return T(1) / std::sqrt(x);
-    case UnaryOp::Abs:
-      return std::abs(x);
-    case UnaryOp::Sign:
-      return T((x > T(0)) - (x < T(0)));
-    case UnaryOp::Tanh:
-      return std::tanh(x);
-    case UnaryOp::Sigmoid:
-      return sigmoid(x);
-    case UnaryOp::Relu:
-      return x > T(0) ? x : T(0);
-    case UnaryOp::Silu:
-      return x * sigmoid(x);
-    case UnaryOp::Gelu:
-      return gelu(x);
-    case UnaryOp::SiluGrad:
-      return silu_grad_from_sigmoid(x, sigmoid(x));
-    case UnaryOp::GeluGrad:
-      return gelu_grad(x);
-    case UnaryOp::Pow:
-      return std::pow(x, p);
-    default:
-      return x;  // IsFinite / LogicalNot are handled by their own loops
-  }
+TG_HD inline bool is_finite(T x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
 }
 
+// --- the ops of elementwise_ops.def: one functor each, and the dispatch to it
+
+// The input types an op's kernels instantiate (its domain in the list).
+namespace domain {
 template <class T>
-TG_HD inline T arith(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::Add:
-      return a + b;
-    case BinaryOp::Sub:
-      return a - b;
-    case BinaryOp::Mul:
-      return a * b;
-    case BinaryOp::Div:
-      return a / b;
-    case BinaryOp::Maximum:
-      return (a != a || a > b) ? a : b;  // NaN propagates
-    case BinaryOp::Minimum:
-      return (a != a || a < b) ? a : b;
-    default:
-      return a;
-  }
+constexpr bool is_float = std::is_same_v<T, float> || std::is_same_v<T, double>;
+struct Float {
+  template <class T>
+  static constexpr bool accepts = is_float<T>;
+  using sample = float;
+};
+struct Numeric {
+  template <class T>
+  static constexpr bool accepts = is_float<T> || std::is_same_v<T, int64_t>;
+  using sample = float;
+};
+struct Any {
+  template <class T>
+  static constexpr bool accepts = true;
+  using sample = float;
+};
+struct Bool {
+  template <class T>
+  static constexpr bool accepts = std::is_same_v<T, bool>;
+  using sample = bool;
+};
+}  // namespace domain
+
+// unary_fn::Exp{}(x, p) and binary_fn::Add{}(a, b): the list's expressions as functors.
+namespace unary_fn {
+#define TG_UNARY(Name, Domain, expr)                         \
+  struct Name {                                              \
+    using domain = domain::Domain;                           \
+    template <class T>                                       \
+    TG_HD auto operator()(T x, [[maybe_unused]] T p) const { \
+      return expr;                                           \
+    }                                                        \
+  };
+#define TG_BINARY(Name, Domain, expr)
+#include "backends/elementwise_ops.def"
+}  // namespace unary_fn
+
+namespace binary_fn {
+#define TG_UNARY(Name, Domain, expr)
+#define TG_BINARY(Name, Domain, expr)       \
+  struct Name {                             \
+    using domain = domain::Domain;          \
+    template <class T>                      \
+    TG_HD auto operator()(T a, T b) const { \
+      return expr;                          \
+    }                                       \
+  };
+#include "backends/elementwise_ops.def"
+}  // namespace binary_fn
+
+[[noreturn]] inline void unknown_op() {
+  fail("elementwise", "unknown op code (corrupt UnaryOp or BinaryOp)");
 }
 
-template <class T>
-TG_HD inline bool compare(BinaryOp op, T a, T b) {
+// Calls f(fn) with the functor of op: its type is a constant, so a kernel written once is
+// instantiated per op. The switches list every op (-Werror=switch): none can be missed.
+template <class F>
+decltype(auto) visit(UnaryOp op, F&& f) {
   switch (op) {
-    case BinaryOp::Eq:
-      return a == b;
-    case BinaryOp::Ne:
-      return a != b;
-    case BinaryOp::Lt:
-      return a < b;
-    case BinaryOp::Le:
-      return a <= b;
-    case BinaryOp::Gt:
-      return a > b;
-    case BinaryOp::Ge:
-      return a >= b;
-    case BinaryOp::LogicalAnd:
-      return a && b;
-    case BinaryOp::LogicalOr:
-      return a || b;
-    default:
-      return false;
+#define TG_UNARY(Name, Domain, expr) \
+  case UnaryOp::Name:                \
+    return f(unary_fn::Name{});
+#define TG_BINARY(Name, Domain, expr)
+#include "backends/elementwise_ops.def"
   }
+  unknown_op();
+}
+template <class F>
+decltype(auto) visit(BinaryOp op, F&& f) {
+  switch (op) {
+#define TG_UNARY(Name, Domain, expr)
+#define TG_BINARY(Name, Domain, expr) \
+  case BinaryOp::Name:                \
+    return f(binary_fn::Name{});
+#include "backends/elementwise_ops.def"
+  }
+  unknown_op();
 }
 
-constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+// Whether the op's result is bool (comparisons, logic, isfinite) rather than its input's type.
+template <class Op>
+bool gives_bool(Op op) {
+  return visit(op, [](auto fn) {
+    using S = typename decltype(fn)::domain::sample;
+    return std::is_same_v<decltype(fn(S{}, S{})), bool>;
+  });
+}
 
 }  // namespace tg::scalar

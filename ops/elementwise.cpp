@@ -21,7 +21,7 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* 
   detail::check_same_device(a, b, name, "other");
   detail::check_same_dtype(a, b, name, "other");
   Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
-  DType out_dtype = scalar::is_comparison(op) ? kBool : a.dtype();
+  DType out_dtype = scalar::gives_bool(op) ? kBool : a.dtype();
   Tensor out = Tensor::empty_like_shape(shape, out_dtype, a.device());
   if (out.numel())
     detail::backend_of(a).binary(op, view_as(a, shape), view_as(b, shape), view_of(out));
@@ -53,8 +53,7 @@ Tensor unary_diff(UnaryOp op, const char* name, const Tensor& x, double param, D
 }  // namespace
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double param) {
-  DType out = (op == UnaryOp::IsFinite) ? kBool : x.dtype();
-  return unary_kernel(op, x, param, out);
+  return unary_kernel(op, x, param, scalar::gives_bool(op) ? kBool : x.dtype());
 }
 
 // --- arithmetic
@@ -162,6 +161,14 @@ Tensor log(const Tensor& x) {
   return unary_diff(UnaryOp::Log, "log", x, 0,
                     [](const Tensor& xv, const Tensor&) { return div(1.0, xv); });
 }
+Tensor log1p(const Tensor& x) {
+  return unary_diff(UnaryOp::Log1p, "log1p", x, 0,
+                    [](const Tensor& xv, const Tensor&) { return div(1.0, add(xv, 1.0)); });
+}
+Tensor expm1(const Tensor& x) {
+  return unary_diff(UnaryOp::Expm1, "expm1", x, 0,
+                    [](const Tensor&, const Tensor& y) { return add(y, 1.0); });
+}
 Tensor sqrt(const Tensor& x) {
   return unary_diff(UnaryOp::Sqrt, "sqrt", x, 0,
                     [](const Tensor&, const Tensor& y) { return div(0.5, y); });
@@ -208,6 +215,31 @@ Tensor gelu(const Tensor& x) {
   return unary_diff(UnaryOp::Gelu, "gelu", x, 0, [](const Tensor& xv, const Tensor&) {
     return unary_op(UnaryOp::GeluGrad, xv);
   });
+}
+
+// --- stable composites (as MLX writes them)
+
+// max(a, b) + log1p(exp(-|a - b|)); equal arguments (infinite ones included) add log 2. At a
+// tie the gradient is 1/2 to each side, from maximum's rule.
+Tensor logaddexp(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "logaddexp", "self");
+  detail::check_defined(b, "logaddexp", "other");
+  detail::check_floating(a, "logaddexp", "self");
+  detail::check_same_device(a, b, "logaddexp", "other");
+  detail::check_same_dtype(a, b, "logaddexp", "other");
+  broadcast_shapes(a.sizes(), b.sizes(), "logaddexp");  // its error names this op
+  Tensor gap = where(eq(a, b), 0.0, neg(abs(sub(a, b))));
+  return add(maximum(a, b), log1p(exp(gap)));
+}
+Tensor softplus(const Tensor& x) {
+  detail::check_defined(x, "softplus", "self");
+  detail::check_floating(x, "softplus", "self");
+  return logaddexp(x, zeros({}, x.options()));
+}
+Tensor log_sigmoid(const Tensor& x) {
+  detail::check_defined(x, "log_sigmoid", "self");
+  detail::check_floating(x, "log_sigmoid", "self");
+  return neg(softplus(neg(x)));
 }
 
 // --- comparisons and logic (no gradient)

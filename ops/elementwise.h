@@ -22,6 +22,8 @@ Tensor div(double a, const Tensor& b);
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate for small x
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
 Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
@@ -32,6 +34,10 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);  // gradient 0 at 0
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation
+// Stable composites: log(exp(a) + exp(b)), log(1 + exp(x)), log(sigmoid(x)).
+Tensor logaddexp(const Tensor& a, const Tensor& b);
+Tensor softplus(const Tensor& x);
+Tensor log_sigmoid(const Tensor& x);
 
 // Comparisons and logic give bool tensors and no gradient.
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -1,41 +1,59 @@
-// The CPU's SIMD building blocks against simple references: the vector exps (simd.h) over
-// their float32 ranges, and the register-blocked tile product (tile_gemm.h) over every
-// micro-tile shape, both operand layouts, accumulation and row scaling, float32 and float64.
+// The CPU's SIMD building blocks against simple references: the scalar and vector exps
+// (scalar_ops.h, simd.h) over their float32 ranges, and the register-blocked tile product
+// (tile_gemm.h) over every micro-tile shape, both operand layouts, accumulation and row scaling,
+// float32 and float64.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
+#include "backends/scalar_ops.h"
 #include "test_util.h"
 
 using namespace tg::cpu;
 
-TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over its range") {
-  using V = simd::Vec<float>;
-  constexpr int W = simd::kLanes<float>;
+namespace {
+// The float32 inputs the exps are swept over: [-110, 90] in small steps, and the edges.
+std::vector<float> exp_inputs() {
   std::vector<float> xs;
   for (int i = 0; i < 27360; ++i) xs.push_back(-110.f + 0.00731f * static_cast<float>(i));
   xs.insert(xs.end(), {0.f, -0.f, 1e-8f, -1e-8f, 88.72f, 88.73f, -87.3f, -103.9f, -104.f,
                        -std::numeric_limits<float>::infinity(),
                        std::numeric_limits<float>::infinity(), 1000.f, -1000.f});
+  return xs;
+}
+
+// exp_f32's contract (backends/scalar_ops.h) against a double-precision exp: within 2 ulp,
+// inf above 88.7, exactly 0 below -104.
+void check_exp_f32(float x, float got) {
+  const double want = std::exp(static_cast<double>(x));
+  INFO("x = " << x << ": got " << got << ", want " << want);
+  if (want > std::numeric_limits<float>::max()) {
+    CHECK(got == std::numeric_limits<float>::infinity());
+  } else if (x < -103.97208f) {
+    CHECK(got == 0.f);
+  } else if (want < 1.2e-38) {  // subnormal results: a couple of subnormal steps
+    CHECK(std::abs(got - want) <= 4e-45 + 2.4e-7 * want);
+  } else {
+    CHECK(std::abs(got - want) <= 2.4e-7 * want);
+  }
+}
+}  // namespace
+
+TEST_CASE("scalar::exp_f32 (the elementwise kernels' exp) is within 2 ulp over its range") {
+  for (float x : exp_inputs()) check_exp_f32(x, tg::scalar::exp_f32(x));
+  CHECK(std::isnan(tg::scalar::exp_f32(std::nanf(""))));
+}
+
+TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over its range") {
+  using V = simd::Vec<float>;
+  constexpr int W = simd::kLanes<float>;
+  std::vector<float> xs = exp_inputs();
   while (xs.size() % W) xs.push_back(0.f);
   for (size_t i = 0; i < xs.size(); i += W) {
     const V y = simd::exp<float>(simd::load(xs.data() + i));
-    for (int l = 0; l < W; ++l) {
-      const double want = std::exp(static_cast<double>(xs[i + l]));
-      const float got = y[l];
-      INFO("x = " << xs[i + l] << ": got " << got << ", want " << want);
-      if (want > std::numeric_limits<float>::max()) {
-        CHECK(got == std::numeric_limits<float>::infinity());
-      } else if (xs[i + l] < -103.97208f) {
-        CHECK(got == 0.f);          // documented: exact 0 below -104
-      } else if (want < 1.2e-38) {  // subnormal results: a couple of subnormal steps
-        CHECK(std::abs(got - want) <= 4e-45 + 2.4e-7 * want);
-      } else {
-        CHECK(std::abs(got - want) <= 2.4e-7 * want);
-      }
-    }
+    for (int l = 0; l < W; ++l) check_exp_f32(xs[i + l], y[l]);
   }
   V nan = simd::splat(std::numeric_limits<float>::quiet_NaN());
   CHECK(std::isnan(simd::exp<float>(nan)[0]));

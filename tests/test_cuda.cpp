@@ -24,6 +24,9 @@ std::vector<OpCase> elementwise_cases() {
       {"gelu", [](const Tensor& x) { return gelu(x); }},
       {"abs", [](const Tensor& x) { return abs(x); }},
       {"pow3", [](const Tensor& x) { return pow(x, 3.0); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x); }},
+      {"log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); }},
   };
   for (const auto& [name, fn] : unary) {
     // On a transposed (non-contiguous) view of the input.
@@ -38,6 +41,7 @@ std::vector<OpCase> elementwise_cases() {
       {"sqrt", [](const Tensor& x) { return sqrt(x); }},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
       {"pow0.5", [](const Tensor& x) { return pow(x, 0.5); }},
+      {"log1p", [](const Tensor& x) { return log1p(x); }},
   };
   for (const auto& [name, fn] : positive)
     cases.push_back({name + " (sliced view)",
@@ -53,6 +57,7 @@ std::vector<OpCase> elementwise_cases() {
       {"div", [](const Tensor& a, const Tensor& b) { return div(a, add(abs(b), 0.5)); }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
       {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }},
   };
   for (const auto& [name, fn] : binary) {
     cases.push_back({name + " (broadcast 3x1x5 with 4x5)",

@@ -43,6 +43,7 @@ TEST_CASE("arithmetic") {
   SUBCASE("div") { check_binary(div, 0.5, 2.0); }
   SUBCASE("maximum") { check_binary(maximum); }
   SUBCASE("minimum") { check_binary(minimum); }
+  SUBCASE("logaddexp") { check_binary(logaddexp, -3, 3); }
   SUBCASE("scalar forms") {
     Fn f = [](const std::vector<Tensor>& x) {
       return add(mul(sub(2.0, x[0]), 3.0), div(1.0, add(x[0], 2.0)));
@@ -55,6 +56,10 @@ TEST_CASE("unary") {
   SUBCASE("neg") { check_unary(neg); }
   SUBCASE("exp") { check_unary(exp); }
   SUBCASE("log") { check_unary(log, 0.5, 2.0); }
+  SUBCASE("log1p") { check_unary(log1p, -0.5, 2.0); }
+  SUBCASE("expm1") { check_unary(expm1, -2, 2); }
+  SUBCASE("softplus") { check_unary(softplus, -3, 3); }
+  SUBCASE("log_sigmoid") { check_unary(log_sigmoid, -3, 3); }
   SUBCASE("sqrt") { check_unary(sqrt, 0.5, 2.0); }
   SUBCASE("rsqrt") { check_unary(rsqrt, 0.5, 2.0); }
   SUBCASE("abs") { check_unary(abs); }

@@ -52,55 +52,6 @@ void map2(const View& a, const View& b, const View& out, F f) {
                   });
 }
 
-// Instantiates `fn` with the op as a compile-time constant so the switch in the scalar
-// functor folds away inside the loop.
-#define TG_UNARY_CASES(X)                                                                    \
-  X(Neg)                                                                                     \
-  X(Exp)                                                                                     \
-  X(Log)                                                                                     \
-  X(Sqrt)                                                                                    \
-  X(Rsqrt) X(Abs) X(Sign) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(SiluGrad) X(GeluGrad) \
-      X(Pow)
-#define TG_ARITH_CASES(X) X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum)
-#define TG_COMPARE_CASES(X) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr)
-
-template <class T>
-void unary_float(UnaryOp op, const View& x, const View& out, double param) {
-  const T p = static_cast<T>(param);
-  switch (op) {
-#define X(name)                                                                     \
-  case UnaryOp::name:                                                               \
-    map1<T, T>(x, out, [p](T v) { return scalar::unary<T>(UnaryOp::name, v, p); }); \
-    break;
-    TG_UNARY_CASES(X)
-#undef X
-    case UnaryOp::IsFinite:
-      map1<bool, T>(x, out, [](T v) { return std::isfinite(v); });
-      break;
-    default:
-      break;
-  }
-}
-
-template <class T>
-void binary_typed(BinaryOp op, const View& a, const View& b, const View& out) {
-  switch (op) {  // NOLINT(bugprone-branch-clone): the cases differ in their constant op
-#define X(name)                                                                               \
-  case BinaryOp::name:                                                                        \
-    if constexpr (!std::is_same_v<T, bool>)                                                   \
-      map2<T, T>(a, b, out, [](T x, T y) { return scalar::arith<T>(BinaryOp::name, x, y); }); \
-    break;
-    TG_ARITH_CASES(X)
-#undef X
-#define X(name)                                                                                  \
-  case BinaryOp::name:                                                                           \
-    map2<bool, T>(a, b, out, [](T x, T y) { return scalar::compare<T>(BinaryOp::name, x, y); }); \
-    break;
-    TG_COMPARE_CASES(X)
-#undef X
-  }
-}
-
 }  // namespace
 
 void CpuBackend::copy(const View& src, const View& dst) {
@@ -139,20 +90,34 @@ void CpuBackend::arange(const View& dst, double start, double step) {
   });
 }
 
+// One loop per op of elementwise_ops.def (scalar::visit), per input dtype of its domain.
 void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
-  if (op == UnaryOp::LogicalNot) {
-    map1<bool, bool>(x, out, [](bool v) { return !v; });
-  } else if (x.dtype == kInt64) {  // the few integer unaries: neg, abs, sign
-    map1<int64_t, int64_t>(x, out, [op](int64_t v) -> int64_t {
-      return op == UnaryOp::Neg ? -v : op == UnaryOp::Abs ? (v < 0 ? -v : v) : (v > 0) - (v < 0);
+  scalar::visit(op, [&](auto fn) {
+    using Fn = decltype(fn);
+    dispatch(x.dtype, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (Fn::domain::template accepts<T>) {
+        const T p = static_cast<T>(param);
+        map1<decltype(fn(T{}, T{})), T>(x, out, [fn, p](T v) { return fn(v, p); });
+      } else {
+        fail("unary", "dtype ", x.dtype, " is outside this op's domain");
+      }
     });
-  } else {
-    dispatch_float(x.dtype, [&](auto t) { unary_float<decltype(t)>(op, x, out, param); });
-  }
+  });
 }
 
 void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& out) {
-  dispatch(a.dtype, [&](auto t) { binary_typed<decltype(t)>(op, a, b, out); });
+  scalar::visit(op, [&](auto fn) {
+    using Fn = decltype(fn);
+    dispatch(a.dtype, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (Fn::domain::template accepts<T>) {
+        map2<decltype(fn(T{}, T{})), T>(a, b, out, fn);
+      } else {
+        fail("binary", "dtype ", a.dtype, " is outside this op's domain");
+      }
+    });
+  });
 }
 
 void CpuBackend::where(const View& cond, const View& a, const View& b, const View& out) {

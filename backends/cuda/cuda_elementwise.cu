@@ -1,5 +1,5 @@
 // Copy, fill, arange, unary, binary and where on strided CUDA views. The math is the CPU's:
-// the functors below only wrap the shared scalar functions of backends/scalar_ops.h.
+// the ops' functors of backends/scalar_ops.h, generated from elementwise_ops.def.
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/dispatch.h"
@@ -55,34 +55,12 @@ template <class To, class Ti>
 struct Cast {
   __device__ To operator()(Ti v) const { return static_cast<To>(v); }
 };
-template <class T>
-struct Unary {
-  UnaryOp op;
+// An op of elementwise_ops.def with its parameter bound: x -> fn(x, p).
+template <class Fn, class T>
+struct BoundUnary {
+  Fn fn;
   T p;
-  __device__ T operator()(T x) const { return scalar::unary<T>(op, x, p); }
-};
-template <class T>
-struct IsFinite {
-  __device__ bool operator()(T x) const { return isfinite(x); }
-};
-struct LogicalNot {
-  __device__ bool operator()(bool x) const { return !x; }
-};
-struct IntUnary {
-  UnaryOp op;
-  __device__ int64_t operator()(int64_t v) const {
-    return op == UnaryOp::Neg ? -v : op == UnaryOp::Abs ? (v < 0 ? -v : v) : (v > 0) - (v < 0);
-  }
-};
-template <class T>
-struct Arith {
-  BinaryOp op;
-  __device__ T operator()(T a, T b) const { return scalar::arith<T>(op, a, b); }
-};
-template <class T>
-struct Compare {
-  BinaryOp op;
-  __device__ bool operator()(T a, T b) const { return scalar::compare<T>(op, a, b); }
+  __device__ auto operator()(T x) const { return fn(x, p); }
 };
 
 template <class To, class Ti, class F>
@@ -143,33 +121,34 @@ void CudaBackend::arange(const View& dst, double start, double step) {
   check_launch("arange kernel");
 }
 
+// One kernel per op of elementwise_ops.def (scalar::visit), per input dtype of its domain.
 void CudaBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
   cudaStream_t s = enter(device);
-  if (op == UnaryOp::LogicalNot) {
-    map1<bool, bool>(s, x, out, LogicalNot{});
-  } else if (x.dtype == kInt64) {
-    map1<int64_t, int64_t>(s, x, out, IntUnary{op});
-  } else {
-    dispatch_float(x.dtype, [&](auto t) {
+  scalar::visit(op, [&](auto fn) {
+    using Fn = decltype(fn);
+    dispatch(x.dtype, [&](auto t) {
       using T = decltype(t);
-      if (op == UnaryOp::IsFinite) {
-        map1<bool, T>(s, x, out, IsFinite<T>{});
+      if constexpr (Fn::domain::template accepts<T>) {
+        map1<decltype(fn(T{}, T{})), T>(s, x, out, BoundUnary<Fn, T>{fn, static_cast<T>(param)});
       } else {
-        map1<T, T>(s, x, out, Unary<T>{op, static_cast<T>(param)});
+        fail("unary", "dtype ", x.dtype, " is outside this op's domain");
       }
     });
-  }
+  });
 }
 
 void CudaBackend::binary(BinaryOp op, const View& a, const View& b, const View& out) {
   cudaStream_t s = enter(device);
-  dispatch(a.dtype, [&](auto t) {
-    using T = decltype(t);
-    if (scalar::is_comparison(op)) {
-      map2<bool, T>(s, a, b, out, Compare<T>{op});
-    } else if constexpr (!std::is_same_v<T, bool>) {
-      map2<T, T>(s, a, b, out, Arith<T>{op});
-    }
+  scalar::visit(op, [&](auto fn) {
+    using Fn = decltype(fn);
+    dispatch(a.dtype, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (Fn::domain::template accepts<T>) {
+        map2<decltype(fn(T{}, T{})), T>(s, a, b, out, fn);
+      } else {
+        fail("binary", "dtype ", a.dtype, " is outside this op's domain");
+      }
+    });
   });
 }
 
