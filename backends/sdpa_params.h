@@ -60,6 +60,32 @@ TG_HD inline bool sdpa_visible(bool causal, int64_t window, int64_t ia, int64_t 
   return true;
 }
 
+// The range [lo, hi) of key (or query) indices a rule leaves; empty when hi <= lo.
+struct IndexRange {
+  int64_t lo, hi;
+};
+
+// The keys of [0, len_kv) that causal and window leave visible to some aligned query row of
+// [ia_first, ia_last] (a tile; one row when the two are equal). The padding is len_kv.
+TG_HD inline IndexRange sdpa_key_range(bool causal, int64_t window, int64_t ia_first,
+                                       int64_t ia_last, int64_t len_kv) {
+  IndexRange r{0, len_kv};
+  if (causal && ia_last + 1 < r.hi) r.hi = ia_last + 1;
+  if (window > 0 && ia_first - window + 1 > r.lo) r.lo = ia_first - window + 1;
+  return r;
+}
+
+// The query rows of [0, len_q) (row indices, not aligned) that see some key of
+// [j_first, j_last]: the same rules read the other way (causal needs ia >= j, a window
+// ia < j + window), with ia = i + shift.
+TG_HD inline IndexRange sdpa_query_range(bool causal, int64_t window, int64_t shift,
+                                         int64_t j_first, int64_t j_last, int64_t len_q) {
+  IndexRange r{0, len_q};
+  if (causal && j_first - shift > r.lo) r.lo = j_first - shift;
+  if (window > 0 && j_last + window - shift < r.hi) r.hi = j_last + window - shift;
+  return r;
+}
+
 // Dropout keeps score (b, h, i, j) when the Philox uniform at offset + its row-major index in
 // (B, Hq, Sq, Skv) exceeds p.
 TG_HD inline bool sdpa_keep(uint64_t seed, uint64_t offset, uint64_t linear, float p) {

@@ -64,11 +64,10 @@ struct KeyRange {
 };
 inline KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv) {
   const int64_t shift = p.align_shift();
-  KeyRange r{0, len_kv};
-  if (p.causal) r.hi = std::min(r.hi, i0 + rows - 1 + shift + 1);
-  if (p.window > 0) r.lo = std::max<int64_t>(0, i0 + shift - p.window + 1);
+  const IndexRange r =
+      sdpa_key_range(p.causal, p.window, i0 + shift, i0 + rows - 1 + shift, len_kv);
   if (r.hi <= r.lo) return {};
-  return r;
+  return {r.lo, r.hi};
 }
 
 // Turns dot products S (rows x cols, leading dim ld; q already multiplied by the scale) into
@@ -90,11 +89,9 @@ void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, 
     const int64_t i = i0 + r, ia = i + shift;
     T* row = S + r * ld;
     // Keys [lo, hi) of this row that causal, window and padding leave visible.
-    int64_t lo = 0, hi = i < len_q ? len_kv : 0;
-    if (p.causal) hi = std::min(hi, ia + 1);
-    if (p.window > 0) lo = std::max(lo, ia - p.window + 1);
-    lo = std::clamp<int64_t>(lo - j0, 0, cols);
-    hi = std::clamp<int64_t>(hi - j0, lo, cols);
+    const IndexRange keys = sdpa_key_range(p.causal, p.window, ia, ia, i < len_q ? len_kv : 0);
+    const int64_t lo = std::clamp<int64_t>(keys.lo - j0, 0, cols);
+    const int64_t hi = std::clamp<int64_t>(keys.hi - j0, lo, cols);
     if (cap > T(0)) {
       for (int64_t c = lo; c < hi; ++c) {
         T t = std::tanh(row[c] / cap);

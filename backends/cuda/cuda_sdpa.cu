@@ -101,9 +101,8 @@ __global__ void forward_kernel(Args<T> a) {
   for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
   __syncwarp();
   const int64_t ia = i + a.shift;
-  int64_t lo = 0, hi = i < lq ? lkv : 0;
-  if (a.causal) hi = min(hi, ia + 1);
-  if (a.window > 0) lo = max(lo, ia - a.window + 1);
+  const IndexRange keys = sdpa_key_range(a.causal, a.window, ia, ia, i < lq ? lkv : 0);
+  const int64_t lo = keys.lo, hi = keys.hi;
   T m = ninf, l = 0, acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0;
   for (int64_t j0 = lo; j0 < hi; j0 += 32) {
@@ -167,9 +166,9 @@ __global__ void backward_dq_kernel(Args<T> a) {
   __syncwarp();
   const T lse = a.stats[row];
   const int64_t ia = i + a.shift;
-  int64_t lo = 0, hi = i < lq && lse != ninf ? lkv : 0;
-  if (a.causal) hi = min(hi, ia + 1);
-  if (a.window > 0) lo = max(lo, ia - a.window + 1);
+  const IndexRange keys =
+      sdpa_key_range(a.causal, a.window, ia, ia, i < lq && lse != ninf ? lkv : 0);
+  const int64_t lo = keys.lo, hi = keys.hi;
   T acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0;
   for (int64_t j0 = lo; j0 < hi; j0 += 32) {
@@ -221,10 +220,9 @@ __global__ void backward_dkv_kernel(Args<T> a) {
   for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, j, d)];
   for (int64_t d = lane; d < a.Dv; d += 32) vs[d] = a.v[at4(a.vs, b, hk, j, d)];
   __syncwarp();
-  // Query rows that can see key j: causal needs ia >= j, a window ia < j + window.
-  int64_t i_lo = 0, i_hi = j < lkv ? lq : 0;
-  if (a.causal) i_lo = max(i_lo, j - a.shift);
-  if (a.window > 0) i_hi = min(i_hi, j + a.window - a.shift);
+  // Query rows that can see key j.
+  const IndexRange rows = sdpa_query_range(a.causal, a.window, a.shift, j, j, j < lkv ? lq : 0);
+  const int64_t i_lo = rows.lo, i_hi = rows.hi;
   T dk[kPer], dv[kPer];
   for (int c = 0; c < kPer; ++c) dk[c] = dv[c] = 0;
   for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {

@@ -93,11 +93,10 @@ __device__ __forceinline__ float half_warp_sum(float v) {
 __device__ __forceinline__ void key_range(const Args<float>& a, int64_t i0, int64_t lq, int64_t lkv,
                                           int64_t& lo, int64_t& hi) {
   const int64_t rows = min(static_cast<int64_t>(kB), a.Sq - i0);
-  lo = 0;
-  hi = i0 < lq ? lkv : 0;
-  if (a.causal) hi = min(hi, i0 + rows - 1 + a.shift + 1);
-  if (a.window > 0) lo = max(lo, i0 + a.shift - a.window + 1);
-  if (hi < lo) hi = lo;
+  const IndexRange r =
+      sdpa_key_range(a.causal, a.window, i0 + a.shift, i0 + rows - 1 + a.shift, i0 < lq ? lkv : 0);
+  lo = r.lo;
+  hi = r.hi < r.lo ? r.lo : r.hi;
 }
 
 template <int kD>
@@ -229,12 +228,11 @@ __global__ void __launch_bounds__(kT) backward_dkv_kernel(Args<float> a) {
   const int64_t G = a.Hq / a.Hk, lq = a.len_q(b), lkv = a.len_kv(b);
   load_tile<kD>(Ks, a.k, a.ks, b, hk, j0, a.Skv, a.Dqk, 1.0f);
   load_tile<kD>(Vs, a.v, a.vs, b, hk, j0, a.Skv, a.Dv, 1.0f);
-  // Query rows that can see some key of [j0, j_last]: causal needs ia >= j0, a window
-  // ia < j_last + window.
+  // Query rows that can see some key of [j0, j_last].
   const int64_t j_last = min(j0 + kB, a.Skv) - 1;
-  int64_t i_lo = 0, i_hi = j0 < lkv ? lq : 0;
-  if (a.causal) i_lo = max(i_lo, j0 - a.shift);
-  if (a.window > 0) i_hi = min(i_hi, j_last + a.window - a.shift);
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, a.shift, j0, j_last, j0 < lkv ? lq : 0);
+  const int64_t i_lo = rows.lo, i_hi = rows.hi;
   float dk[kR][kD / 16] = {}, dv[kR][kD / 16] = {};
   for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
     const float slope = a.slope_of(h);
