@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backends/backend.h"
+#include "backends/dispatch.h"
 #include "core/error.h"
 #include "core/philox.h"  // TG_HD
 
@@ -88,6 +89,16 @@ TG_HD inline T gelu_grad(T x) {
   const T k = T(0.7978845608028654), c = T(0.044715);
   T s = sigmoid(T(2) * k * (x + c * x * x * x));  // = 0.5 (1 + tanh z)
   return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
+}
+
+// |x|, with abs(-0.0) = +0.0 for the floats.
+template <class T>
+TG_HD inline T abs_of(T x) {
+  if constexpr (std::is_integral_v<T>) {
+    return x < T(0) ? -x : x;
+  } else {
+    return std::abs(x);
+  }
 }
 
 template <class T>
@@ -181,6 +192,14 @@ decltype(auto) visit(BinaryOp op, F&& f) {
 #include "backends/elementwise_ops.def"
   }
   unknown_op();
+}
+
+// Whether the op's kernels take inputs of dtype t (its domain in the list).
+template <class Op>
+bool accepts(Op op, DType t) {
+  return visit(op, [t](auto fn) {
+    return dispatch(t, [](auto v) { return decltype(fn)::domain::template accepts<decltype(v)>; });
+  });
 }
 
 // Whether the op's result is bool (comparisons, logic, isfinite) rather than its input's type.

@@ -20,6 +20,8 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* 
   detail::check_defined(b, name, "other");
   detail::check_same_device(a, b, name, "other");
   detail::check_same_dtype(a, b, name, "other");
+  TG_CHECK(scalar::accepts(op, a.dtype()), name, "argument 'self' has dtype ", a.dtype(),
+           ", which this op does not take");
   Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   DType out_dtype = scalar::gives_bool(op) ? kBool : a.dtype();
   Tensor out = Tensor::empty_like_shape(shape, out_dtype, a.device());
@@ -53,6 +55,9 @@ Tensor unary_diff(UnaryOp op, const char* name, const Tensor& x, double param, D
 }  // namespace
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double param) {
+  detail::check_defined(x, "unary_op", "self");
+  TG_CHECK(scalar::accepts(op, x.dtype()), "unary_op", "argument 'self' has dtype ", x.dtype(),
+           ", which this op does not take");
   return unary_kernel(op, x, param, scalar::gives_bool(op) ? kBool : x.dtype());
 }
 

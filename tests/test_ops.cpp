@@ -80,6 +80,17 @@ TEST_CASE("log1p, expm1 and the stable composites softplus, log_sigmoid, logadde
   tgtest::check_throws_with_prefix([] { log1p(zeros({2}, kInt64)); }, "[log1p]", "float");
 }
 
+TEST_CASE("elementwise ops refuse dtypes outside their domain; abs(-0.0) is +0.0") {
+  Tensor flags = from_vector(std::vector<bool>{true, false}, {2});
+  tgtest::check_throws_with_prefix([&] { add(flags, flags); }, "[add]",
+                                   "dtype bool, which this op does not take");
+  tgtest::check_throws_with_prefix([] { unary_op(UnaryOp::Exp, zeros({2}, kInt64)); }, "[unary_op]",
+                                   "dtype int64");
+  CHECK(logical_and(flags, flags).to_vector<bool>() == std::vector<bool>{true, false});
+  CHECK(!std::signbit(abs(from_vector(std::vector<double>{-0.0}, {1})).item<double>()));
+  CHECK(!std::signbit(abs(from_vector(std::vector<float>{-0.0f}, {1})).item<float>()));
+}
+
 TEST_CASE("binary ops broadcast like NumPy") {
   Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3, 1});
   Tensor b = from_vector(std::vector<double>{10, 20}, {2});
