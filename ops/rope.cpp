@@ -95,15 +95,16 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
   TG_CHECK(opts.offset >= 0, "rope", "argument 'offset' must be >= 0, got ", opts.offset);
   TG_CHECK(opts.theta > 0 && std::isfinite(opts.theta), "rope",
            "argument 'theta' must be a positive finite number, got ", opts.theta);
-  if (!x.numel()) return Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  Tensor cos_t, sin_t;
-  rope_tables(x, seq, opts, cos_t, sin_t);
-  if (!fused_kernels()) return rope_composite(x, cos_t, sin_t, seq);
-  Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  if (!detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t),
-                                  detail::view_of(sin_t), seq, detail::view_of(out))) {
-    return rope_composite(x, cos_t, sin_t, seq);
+  if (out.numel()) {
+    Tensor cos_t, sin_t;
+    rope_tables(x, seq, opts, cos_t, sin_t);
+    if (!fused_kernels()) return rope_composite(x, cos_t, sin_t, seq);
+    Tensor xc = x.detach().contiguous();
+    if (!detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t),
+                                    detail::view_of(sin_t), seq, detail::view_of(out))) {
+      return rope_composite(x, cos_t, sin_t, seq);
+    }
   }
   if (any_requires_grad({x})) {
     RopeOptions back = opts;
