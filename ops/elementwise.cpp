@@ -12,7 +12,11 @@ using detail::view_of;
 
 namespace {
 
-Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.options()); }
+// A 0-d tensor of t's dtype and device; undefined for an undefined t, so that the op it feeds
+// reports the undefined argument by name.
+Tensor scalar_like(const Tensor& t, double v) {
+  return t.defined() ? scalar_tensor(v, t.options()) : Tensor();
+}
 
 // out = op(a, b) with broadcasting; no autograd.
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
@@ -266,10 +270,12 @@ Tensor logical_not(const Tensor& x) {
   return unary_kernel(UnaryOp::LogicalNot, x, 0, kBool);
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "logical_and", "self");
   detail::check_dtype(a, kBool, "logical_and", "self");
   return binary_kernel(BinaryOp::LogicalAnd, a, b, "logical_and");
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
+  detail::check_defined(a, "logical_or", "self");
   detail::check_dtype(a, kBool, "logical_or", "self");
   return binary_kernel(BinaryOp::LogicalOr, a, b, "logical_or");
 }
@@ -284,6 +290,8 @@ Tensor isfinite(const Tensor& x) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined(cond, "where", "condition");
   detail::check_dtype(cond, kBool, "where", "condition");
+  detail::check_defined(a, "where", "input");
+  detail::check_defined(b, "where", "other");
   detail::check_same_device(a, cond, "where", "condition");
   detail::check_same_device(a, b, "where", "other");
   detail::check_same_dtype(a, b, "where", "other");
@@ -312,6 +320,7 @@ Tensor where(const Tensor& cond, double a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  detail::check_defined(x, "masked_fill", "self");
   detail::check_defined(mask, "masked_fill", "mask");
   detail::check_dtype(mask, kBool, "masked_fill", "mask");
   Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");

@@ -49,6 +49,10 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   TG_CHECK(!ts.empty(), "stack", "expected a non-empty list of tensors");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const std::string arg = "tensors[" + std::to_string(i) + "]";
+    detail::check_defined(ts[i], "stack", arg.c_str());
+  }
   const int64_t d = normalize_dim(dim, ts[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -60,6 +64,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  detail::check_defined(x, "split", "self");
   const int64_t d = normalize_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -88,16 +93,18 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  detail::check_defined(x, "split", "self");
   TG_CHECK(split_size > 0, "split", "split_size must be positive, got ", split_size);
-  const int64_t n = x.size(dim);
+  const int64_t n = x.sizes()[normalize_dim(dim, x.dim(), "split")];
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
   return split(x, sizes, dim);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  detail::check_defined(x, "chunk", "self");
   TG_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
-  const int64_t n = x.size(dim);
+  const int64_t n = x.sizes()[normalize_dim(dim, x.dim(), "chunk")];
   return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
 }
 

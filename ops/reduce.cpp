@@ -148,6 +148,7 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  detail::check_defined(x, "sum_to", "self");
   if (x.sizes() == shape) return x;
   const int64_t nd = x.dim(), lead = nd - static_cast<int64_t>(shape.size());
   TG_CHECK(lead >= 0, "sum_to", "cannot sum shape ", shape_str(x.sizes()), " to ",

@@ -165,6 +165,9 @@ SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts) {
+  detail::check_defined(q, kOp, "q");  // before detach(), which needs a tensor
+  detail::check_defined(k, kOp, "k");
+  detail::check_defined(v, kOp, "v");
   SdpaResult r = sdpa_forward(q.detach(), k.detach(), v.detach(), opts);
   const bool mask_grad = float_mask(opts) && opts.mask->requires_grad();
   std::vector<Tensor> inputs{q, k, v};

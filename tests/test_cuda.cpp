@@ -5,74 +5,47 @@
 #include <cmath>
 
 #include "cuda_parity.h"
+#include "op_table.h"
 
 using namespace tg;
 using namespace cudatest;
 
 namespace {
 
+// Every row of the op table (op_table.h), plain, with its inputs' last two dims transposed
+// in memory, and broadcast for the elementwise rows.
+std::vector<OpCase> op_table_cases() {
+  using optable::Layout;
+  std::vector<OpCase> cases;
+  for (const optable::OpInfo& op : optable::op_table()) {
+    cases.push_back({op.label(),
+                     [&op] { return optable::make_inputs(op, Layout::Plain, kFloat32, true); },
+                     op.call, op.tol32, op.tol32});
+    optable::OpInfo swapped = op;  // leaves stored transposed, seen through a transpose
+    for (Shape& s : swapped.shapes)
+      if (s.size() >= 2) std::swap(s[s.size() - 1], s[s.size() - 2]);
+    cases.push_back(
+        {op.label() + " (transposed views)",
+         [swapped] { return optable::make_inputs(swapped, Layout::Plain, kFloat32, true); },
+         [&op](const Inputs& in) {
+           Inputs views;
+           for (const Tensor& t : in) views.push_back(t.dim() >= 2 ? t.transpose(-1, -2) : t);
+           return op.call(views);
+         },
+         op.tol32, op.tol32});
+    if (op.elementwise) {
+      cases.push_back(
+          {op.label() + " (broadcast)",
+           [&op] { return optable::make_inputs(op, Layout::Broadcast, kFloat32, true); },
+           optable::call_for(op, Layout::Broadcast), op.tol32, op.tol32});
+    }
+  }
+  return cases;
+}
+
+// What the table does not say: ops chained, NaN, dtype copies, joins of views.
 std::vector<OpCase> elementwise_cases() {
   std::vector<OpCase> cases;
-  using U = std::function<Tensor(const Tensor&)>;
-  const std::vector<std::pair<std::string, U>> unary = {
-      {"neg", [](const Tensor& x) { return neg(x); }},
-      {"exp", [](const Tensor& x) { return exp(x); }},
-      {"tanh", [](const Tensor& x) { return tanh(x); }},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
-      {"relu", [](const Tensor& x) { return relu(x); }},
-      {"silu", [](const Tensor& x) { return silu(x); }},
-      {"gelu", [](const Tensor& x) { return gelu(x); }},
-      {"abs", [](const Tensor& x) { return abs(x); }},
-      {"pow3", [](const Tensor& x) { return pow(x, 3.0); }},
-      {"expm1", [](const Tensor& x) { return expm1(x); }},
-      {"softplus", [](const Tensor& x) { return softplus(x); }},
-      {"log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); }},
-  };
-  for (const auto& [name, fn] : unary) {
-    // On a transposed (non-contiguous) view of the input.
-    cases.push_back({name + " (transposed view)",
-                     [] {
-                       return Inputs{r({5, 7}, 1)};
-                     },
-                     [fn = fn](const Inputs& in) { return fn(in[0].transpose(0, 1)); }});
-  }
-  const std::vector<std::pair<std::string, U>> positive = {
-      {"log", [](const Tensor& x) { return log(x); }},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
-      {"pow0.5", [](const Tensor& x) { return pow(x, 0.5); }},
-      {"log1p", [](const Tensor& x) { return log1p(x); }},
-  };
-  for (const auto& [name, fn] : positive)
-    cases.push_back({name + " (sliced view)",
-                     [] {
-                       return Inputs{r({6, 9}, 2, 0.1, 3)};
-                     },
-                     [fn = fn](const Inputs& in) { return fn(in[0].slice(1, 1, 9, 2)); }});
-  using B = std::function<Tensor(const Tensor&, const Tensor&)>;
-  const std::vector<std::pair<std::string, B>> binary = {
-      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
-      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
-      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
-      {"div", [](const Tensor& a, const Tensor& b) { return div(a, add(abs(b), 0.5)); }},
-      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
-      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
-      {"logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }},
-  };
-  for (const auto& [name, fn] : binary) {
-    cases.push_back({name + " (broadcast 3x1x5 with 4x5)",
-                     [] {
-                       return Inputs{r({3, 1, 5}, 3), r({4, 5}, 4)};
-                     },
-                     [fn = fn](const Inputs& in) { return fn(in[0], in[1]); }});
-    cases.push_back({name + " (permuted views)",
-                     [] {
-                       return Inputs{r({4, 3, 2}, 5), r({2, 4, 3}, 6)};
-                     },
-                     [fn = fn](const Inputs& in) {
-                       return fn(in[0].permute({2, 0, 1}), in[1].permute({0, 1, 2}));
-                     }});
-  }
   cases.push_back({"comparisons and where",
                    [] {
                      return Inputs{r({6, 5}, 7), r({5}, 8)};
@@ -287,7 +260,8 @@ std::vector<OpCase> nn_cases() {
 
 }  // namespace
 
-TEST_CASE("parity: elementwise, broadcast, views and dtype copies") {
+TEST_CASE("parity: every op of the op table") { run_all(op_table_cases()); }
+TEST_CASE("parity: elementwise chains, NaN, views and dtype copies") {
   run_all(elementwise_cases());
 }
 TEST_CASE("parity: reductions") { run_all(reduction_cases()); }

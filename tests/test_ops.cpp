@@ -7,29 +7,13 @@ using namespace tg;
 using tgtest::check_close;
 using tgtest::rnd;
 
-TEST_CASE("elementwise unary ops match std:: math") {
-  std::vector<double> xs = {-2.0, -0.5, 0.0, 0.3, 1.7};
-  Tensor x = from_vector(xs, {5});
-  auto apply = [&](double (*f)(double)) {
-    std::vector<double> r;
-    for (double v : xs) r.push_back(f(v));
-    return r;
-  };
-  check_close(neg(x).to_vector<double>(), apply([](double v) { return -v; }));
-  check_close(exp(x).to_vector<double>(), apply([](double v) { return std::exp(v); }));
-  check_close(tanh(x).to_vector<double>(), apply([](double v) { return std::tanh(v); }));
-  check_close(abs(x).to_vector<double>(), apply([](double v) { return std::abs(v); }));
-  check_close(sigmoid(x).to_vector<double>(),
-              apply([](double v) { return 1 / (1 + std::exp(-v)); }));
-  check_close(relu(x).to_vector<double>(), apply([](double v) { return v > 0 ? v : 0.0; }));
-  check_close(silu(x).to_vector<double>(), apply([](double v) { return v / (1 + std::exp(-v)); }));
-  check_close(gelu(x).to_vector<double>(), apply([](double v) {
-                return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-              }));
+// Each elementwise op's values against a float64 reference, float64 and float32, plain,
+// strided and broadcast: test_op_table.cpp. Here the spot values and edges a table row does not
+// say.
+TEST_CASE("elementwise spot values") {
   Tensor p = from_vector(std::vector<double>{0.25, 1.0, 4.0}, {3});
   check_close(sqrt(p).to_vector<double>(), {0.5, 1.0, 2.0});
   check_close(rsqrt(p).to_vector<double>(), {2.0, 1.0, 0.5});
-  check_close(log(p).to_vector<double>(), {std::log(0.25), 0.0, std::log(4.0)});
   check_close(pow(p, 1.5).to_vector<double>(), {0.125, 1.0, 8.0});
   CHECK(gelu(from_vector(std::vector<float>{1.0f}, {1})).item<float>() ==
         doctest::Approx(0.841192).epsilon(1e-5));
@@ -87,6 +71,9 @@ TEST_CASE("elementwise ops refuse dtypes outside their domain; abs(-0.0) is +0.0
   tgtest::check_throws_with_prefix([] { unary_op(UnaryOp::Exp, zeros({2}, kInt64)); }, "[unary_op]",
                                    "dtype int64");
   CHECK(logical_and(flags, flags).to_vector<bool>() == std::vector<bool>{true, false});
+  // The scalar overloads report an undefined tensor by the op's name.
+  tgtest::check_throws_with_prefix([] { add(Tensor(), 1.0); }, "[add]", "undefined");
+  tgtest::check_throws_with_prefix([] { div(2.0, Tensor()); }, "[div]", "undefined");
   CHECK(!std::signbit(abs(from_vector(std::vector<double>{-0.0}, {1})).item<double>()));
   CHECK(!std::signbit(abs(from_vector(std::vector<float>{-0.0f}, {1})).item<float>()));
 }

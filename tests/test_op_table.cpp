@@ -1,0 +1,146 @@
+// The op table (op_table.h) on the CPU: every public op is in it, each row's values against its
+// float64 reference in float64 and float32, its float64 gradcheck plain, strided and
+// broadcast, and its bad-input errors.
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "op_table.h"
+
+using namespace tg;
+using namespace optable;
+
+namespace {
+
+// Public ops deliberately not in the table, and where they are tested instead.
+const std::map<std::string, std::string>& exemptions() {
+  static const std::map<std::string, std::string> m = {
+      {"arange", "factory (test_tensor.cpp)"},
+      {"empty", "factory (test_tensor.cpp)"},
+      {"from_buffer", "factory (test_tensor.cpp)"},
+      {"from_vector", "factory (test_tensor.cpp)"},
+      {"full", "factory (test_tensor.cpp)"},
+      {"full_like", "factory (test_tensor.cpp)"},
+      {"ones", "factory (test_tensor.cpp)"},
+      {"ones_like", "factory (test_tensor.cpp)"},
+      {"zeros", "factory (test_tensor.cpp)"},
+      {"zeros_like", "factory (test_tensor.cpp)"},
+      {"scalar_tensor", "factory (test_tensor.cpp)"},
+      {"rand", "random factory (test_philox.cpp)"},
+      {"randn", "random factory (test_philox.cpp)"},
+      {"unary_op", "the raw kernel behind the unary ops, no gradient (test_ops.cpp)"},
+      {"set_fused_kernels", "a setting (test_models.cpp)"},
+      {"fused_kernels", "a setting (test_models.cpp)"},
+      {"rms_norm_backward", "fused gradient, against its composite (test_models.cpp)"},
+      {"swiglu_backward", "fused gradient, against its composite (test_models.cpp)"},
+      {"embedding_backward", "embedding's gradient (through the embedding row)"},
+      {"adamw_update_", "in-place optimizer update (test_models.cpp)"},
+      {"sdpa_forward", "sdpa's passes (test_sdpa.cpp)"},
+      {"sdpa_backward", "sdpa's passes (test_sdpa.cpp)"},
+      {"sdpa_dropout_mask", "sdpa's dropout stream (test_sdpa.cpp)"},
+      {"alibi_slopes", "sdpa's ALiBi slopes (test_sdpa.cpp)"},
+  };
+  return m;
+}
+
+// The functions the public op headers (those ops/ops.h includes) declare at namespace scope.
+std::set<std::string> public_ops() {
+  const std::string root = TAPEGRAD_SOURCE_DIR;
+  std::ifstream all(root + "/ops/ops.h");
+  REQUIRE(all.good());
+  std::set<std::string> names;
+  const std::regex include("#include \"(ops/[a-z_]+\\.h)\"");
+  const std::regex decl("^[A-Za-z_:<>]+ ([a-z_0-9]+)\\(");
+  std::string line;
+  while (std::getline(all, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, include)) continue;
+    std::ifstream header(root + "/" + m[1].str());
+    REQUIRE(header.good());
+    std::string l;
+    while (std::getline(header, l)) {
+      std::smatch d;
+      if (std::regex_search(l, d, decl)) names.insert(d[1].str());
+    }
+  }
+  return names;
+}
+
+std::vector<double> values(const Tensor& t) { return t.to(kFloat64).to_vector<double>(); }
+
+// The row's reference applied per element to inputs broadcast to the output's shape.
+std::vector<double> reference_of(const OpInfo& op, const Inputs& in, const Shape& out_shape) {
+  std::vector<std::vector<double>> cols;
+  for (const Tensor& t : in) cols.push_back(values(t.detach().expand(out_shape).contiguous()));
+  std::vector<double> want(static_cast<size_t>(numel_of(out_shape)));
+  std::vector<double> args(in.size());
+  for (size_t e = 0; e < want.size(); ++e) {
+    for (size_t i = 0; i < in.size(); ++i) args[i] = cols[i][e];
+    want[e] = op.reference(args);
+  }
+  return want;
+}
+
+}  // namespace
+
+TEST_CASE("every public op is in the op table or named in its exemptions") {
+  std::set<std::string> covered;
+  for (const OpInfo& op : op_table()) covered.insert(op.name);
+  const std::set<std::string> ops = public_ops();
+  CHECK(ops.size() > 50);  // the scan found the headers' declarations
+  for (const std::string& name : ops) {
+    INFO("public op '" << name << "' is neither in tests/op_table.cpp nor exempted");
+    CHECK((covered.count(name) || exemptions().count(name)));
+  }
+  for (const std::string& name : covered) {
+    INFO("table row '" << name << "' names no public op");
+    CHECK(ops.count(name));
+  }
+}
+
+TEST_CASE("op table: values against the float64 reference, in float64 and float32") {
+  for (const OpInfo& op : op_table()) {
+    if (!op.reference) continue;
+    for (Layout layout : {Layout::Plain, Layout::Strided, Layout::Broadcast}) {
+      for (DType dtype : {kFloat64, kFloat32}) {
+        CAPTURE(op.label());
+        CAPTURE(dtype);
+        CAPTURE(static_cast<int>(layout));
+        Inputs in = make_inputs(op, layout, dtype, false);
+        Tensor out = call_for(op, layout)(in);
+        Inputs seen = in;
+        if (layout == Layout::Broadcast && in.size() == 1) seen = {in[0].expand({3, 4})};
+        tgtest::check_close(values(out), reference_of(op, seen, out.sizes()),
+                            dtype == kFloat64 ? 1e-13 : op.tol32);
+      }
+    }
+  }
+}
+
+TEST_CASE("op table: float64 gradcheck, plain, strided and broadcast") {
+  for (const OpInfo& op : op_table()) {
+    if (!op.differentiable) continue;
+    for (Layout layout : {Layout::Plain, Layout::Strided, Layout::Broadcast}) {
+      if (layout == Layout::Broadcast && !op.elementwise) continue;
+      CAPTURE(op.label());
+      CAPTURE(static_cast<int>(layout));
+      CHECK_GRADCHECK(call_for(op, layout), make_inputs(op, layout, kFloat64, true));
+    }
+  }
+}
+
+TEST_CASE("op table: bad input is an [op] error") {
+  for (const OpInfo& op : op_table()) {
+    CAPTURE(op.label());
+    const std::string prefix = "[" + (op.error_op.empty() ? op.name : op.error_op) + "]";
+    Inputs undefined(op.shapes.size());
+    tgtest::check_throws_with_prefix([&] { op.call(undefined); }, prefix, "undefined");
+    if (op.floating_only) {
+      Inputs ints;
+      for (const Shape& s : op.shapes) ints.push_back(zeros(s, kInt64));
+      tgtest::check_throws_with_prefix([&] { op.call(ints); }, prefix, "int64");
+    }
+  }
+}
