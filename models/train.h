@@ -1,5 +1,7 @@
 // One optimisation step of a language model, shared by the CLI, the tests and the benchmark.
 #pragma once
+#include <functional>
+
 #include "core/philox.h"
 #include "models/data.h"
 #include "models/optim.h"
@@ -11,8 +13,14 @@ struct StepOptions {
   double clip = 1.0;  // global gradient-norm clip; 0 turns it off
 };
 
-// Forward, loss, backward, clipping and the optimizer update at the optimizer's current lr.
-// `dropout` feeds attention dropout. Returns the loss (before the update).
+// One step of any model: zero the gradients, loss(), backward, clip the model's gradients to
+// opts.clip, and the optimizer's update at its current lr. `loss` runs the forward pass and
+// returns a 0-d loss. Returns the loss (before the update).
+double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& loss,
+                  const StepOptions& opts = {});
+
+// The language model's step: lm_loss of model.forward(batch.inputs) against batch.targets, both
+// moved to the model's device. `dropout` feeds attention dropout.
 double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Generator& dropout,
                   const StepOptions& opts = {});
 

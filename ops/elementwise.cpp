@@ -4,6 +4,7 @@
 #include "autograd/autograd.h"
 #include "ops/factories.h"
 #include "ops/op_util.h"
+#include "ops/unary_op.h"
 #include "ops/reduce.h"
 
 namespace tg {

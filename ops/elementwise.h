@@ -1,7 +1,6 @@
 // Elementwise ops with NumPy broadcasting. Binary ops require both sides to share a dtype
 // and device; a double on either side becomes a 0-d tensor of the other side's dtype.
 #pragma once
-#include "backends/backend.h"
 #include "core/tensor.h"
 
 namespace tg {
@@ -61,9 +60,6 @@ Tensor where(const Tensor& cond, const Tensor& a, double b);
 Tensor where(const Tensor& cond, double a, const Tensor& b);
 // x with `value` where mask is true (mask broadcast to x's shape).
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
-
-// The raw unary kernel with no gradient, for backward formulas (e.g. GeluGrad).
-Tensor unary_op(UnaryOp op, const Tensor& x, double param = 0.0);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

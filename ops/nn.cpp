@@ -7,6 +7,7 @@
 #include "ops/join.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
+#include "ops/unary_op.h"
 
 namespace tg {
 

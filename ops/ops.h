@@ -1,4 +1,5 @@
-// Every public op.
+// Every public op. (Internal ones, for the library itself: ops/unary_op.h, the raw unary
+// kernel; ops/optimizer_ops.h, the fused optimizer updates behind models/optim.h.)
 #pragma once
 #include "ops/elementwise.h"
 #include "ops/factories.h"
@@ -6,7 +7,6 @@
 #include "ops/join.h"
 #include "ops/linalg.h"
 #include "ops/nn.h"
-#include "ops/optimizer_ops.h"
 #include "ops/reduce.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"

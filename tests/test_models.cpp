@@ -1,5 +1,6 @@
 // The model layer: RoPE, RMSNorm and SwiGLU gradients, whole-transformer gradcheck, modules,
 // optimizers against hand-computed updates, the schedule, and the data tasks.
+#include "ops/optimizer_ops.h"
 #include "test_util.h"
 
 using namespace tg;

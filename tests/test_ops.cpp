@@ -1,6 +1,7 @@
 // Forward values of every op against analytic spot values or a plain reference loop.
 #include <cmath>
 
+#include "ops/unary_op.h"
 #include "test_util.h"
 
 using namespace tg;

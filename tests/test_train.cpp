@@ -31,6 +31,18 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 
+// A user's own model: two Linear layers around a tanh.
+class TinyMlp : public nn::Module {
+ public:
+  explicit TinyMlp(Generator& gen)
+      : l1(register_module("l1", std::make_shared<nn::Linear>(2, 16, true, gen, 0, kFloat64))),
+        l2(register_module("l2", std::make_shared<nn::Linear>(16, 1, true, gen, 0, kFloat64))) {}
+  Tensor forward(const Tensor& x) const { return l2->forward(tanh(l1->forward(x))); }
+
+ private:
+  std::shared_ptr<nn::Linear> l1, l2;
+};
+
 // Losses of steps [from, to) of the sort task, continuing model and opt.
 std::vector<double> run_steps(nn::Transformer& model, nn::AdamW& opt, const nn::Task& task,
                               int64_t from, int64_t to) {
@@ -237,4 +249,25 @@ TEST_CASE("text dataset: next-byte targets, a held-out split, and its errors") {
   tgtest::check_throws_with_prefix([&] { nn::TextDataset((dir / "none.txt").string()); }, "[text]",
                                    "cannot open");
   fs::remove_all(dir);
+}
+
+TEST_CASE("train_step trains a user's own module with a user's loss") {
+  Generator gen{7, 0};
+  TinyMlp mlp(gen);
+  nn::AdamWOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0;
+  nn::AdamW opt(mlp.named_parameters(), o);
+  Tensor x = tgtest::rnd({64, 2}, 3), y = sum(mul(x, x), {1}, true);  // learn |x|^2
+  auto mse = [&] {
+    Tensor d = sub(mlp.forward(x), y);
+    return mean(mul(d, d));
+  };
+  const double first = nn::train_step(mlp, opt, mse);
+  double last = first;
+  for (int step = 1; step < 300; ++step) last = nn::train_step(mlp, opt, mse);
+  CHECK(last < 0.05 * first);
+  tgtest::check_throws_with_prefix(
+      [&] { nn::train_step(mlp, opt, [&] { return mlp.forward(x); }); }, "[train_step]",
+      "one-element tensor, got [64, 1]");
 }
