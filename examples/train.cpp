@@ -120,23 +120,56 @@ bool plot_loss(const fs::path& csv, const fs::path& png) {
   return ok;
 }
 
-int run(const Args& a) {
-  if (a.threads > 0) tg::set_num_threads(static_cast<int>(a.threads));
-  const tg::Device device = a.device == "cuda" ? tg::kCUDA : tg::kCPU;
-  fs::create_directories(a.out);
-  const fs::path model_path = fs::path(a.out) / "model.safetensors";
-  const fs::path optim_path = fs::path(a.out) / "optimizer.safetensors";
-  const fs::path csv_path = fs::path(a.out) / "loss.csv";
+// Where a run keeps its files.
+struct Paths {
+  explicit Paths(const std::string& out)
+      : model(fs::path(out) / "model.safetensors"),
+        optim(fs::path(out) / "optimizer.safetensors"),
+        csv(fs::path(out) / "loss.csv"),
+        png(fs::path(out) / "loss.png") {}
+  fs::path model, optim, csv, png;
+};
 
+// What the model learns from: a built-in task, or a text file.
+struct Data {
   std::unique_ptr<tg::nn::Task> task;
   std::unique_ptr<tg::nn::TextDataset> text;
-  if (a.text.empty()) {
-    task = tg::nn::make_task(a.task, a.task_size);
-  } else {
-    text = std::make_unique<tg::nn::TextDataset>(a.text);
-  }
-  const int64_t seq = task ? task->seq_len() : a.seq_len;
+  int64_t seq = 0;                        // tokens per sequence
+  std::string name;                       // for the header
+  std::string id;                         // for the checkpoint's metadata
+  std::vector<tg::nn::Example> eval_set;  // held-out task examples (none for text)
 
+  tg::nn::Batch batch(const Args& a, int64_t step) const {
+    return task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
+                : text->batch(a.batch, seq, a.seed, step, false);
+  }
+};
+
+Data load_data(const Args& a) {
+  Data d;
+  if (a.text.empty()) {
+    d.task = tg::nn::make_task(a.task, a.task_size);
+    d.seq = d.task->seq_len();
+    d.name = d.task->name() + " (size " + std::to_string(a.task_size) + ")";
+    d.id = d.task->name() + ":" + std::to_string(a.task_size);
+    d.eval_set = tg::nn::task_eval_set(*d.task, a.eval_examples, a.seed);
+  } else {
+    d.text = std::make_unique<tg::nn::TextDataset>(a.text);
+    d.seq = a.seq_len;
+    d.name = d.id = a.text;
+  }
+  return d;
+}
+
+// The model's shape: from the flags, or from the checkpoint when resuming.
+tg::nn::TransformerConfig model_config(const Args& a, const Paths& paths) {
+  if (a.resume) {
+    TG_CHECK(fs::exists(paths.model) && fs::exists(paths.optim), "train",
+             "--resume: no checkpoint in '", a.out,
+             "' (expected model.safetensors and optimizer.safetensors)");
+    return tg::nn::config_from_json(
+        tg::nn::load_safetensors(paths.model.string()).metadata.at("config"));
+  }
   tg::nn::TransformerConfig cfg;
   cfg.vocab = tg::nn::ByteTokenizer::kVocab;
   cfg.d_model = a.d_model;
@@ -145,116 +178,130 @@ int run(const Args& a) {
   cfg.kv_heads = a.kv_heads;
   cfg.ffn = a.ffn;
   cfg.attn_dropout = a.dropout;
-  if (a.resume) {
-    TG_CHECK(fs::exists(model_path) && fs::exists(optim_path), "train",
-             "--resume: no checkpoint in '", a.out,
-             "' (expected model.safetensors and optimizer.safetensors)");
-    cfg = tg::nn::config_from_json(
-        tg::nn::load_safetensors(model_path.string()).metadata.at("config"));
+  return cfg;
+}
+
+void print_header(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
+                  const tg::nn::Transformer& model, int64_t first) {
+  std::printf(
+      "tapegrad %s: %s, %lld layers, d_model %lld, heads %lld/%lld (q/kv), ffn %lld, "
+      "%lld parameters\n",
+      a.resume ? "resuming" : "training", data.name.c_str(), static_cast<long long>(cfg.layers),
+      static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.heads),
+      static_cast<long long>(cfg.kv_heads), static_cast<long long>(cfg.ffn_size()),
+      static_cast<long long>(model.parameter_count()));
+  std::printf("steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s\n",
+              static_cast<long long>(a.steps), static_cast<long long>(first),
+              static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr,
+              tg::get_num_threads(), a.device.c_str());
+}
+
+// Exact match on the first n held-out task examples, or the validation loss on text.
+std::string evaluate(tg::nn::Transformer& model, const Data& data, const Args& a, int64_t n) {
+  if (data.task) {
+    std::vector<tg::nn::Example> subset(
+        data.eval_set.begin(), data.eval_set.begin() + std::min<size_t>(n, data.eval_set.size()));
+    auto r = tg::nn::exact_match(model, subset);
+    return fmt("exact match %.1f%%", 100 * r.accuracy()) + " (" + std::to_string(r.correct) + "/" +
+           std::to_string(r.total) + ")";
   }
+  tg::NoGradGuard no_grad;
+  model.eval();
+  auto b = data.text->batch(a.batch, data.seq, a.seed, 0, true);
+  const tg::Device device = model.device();
+  double loss =
+      tg::nn::lm_loss(model.forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
+  model.train();
+  return fmt("validation loss %.4f", loss);
+}
+
+// Model, optimizer and the loss rows so far, saved together.
+void save_checkpoint(const Paths& paths, const tg::nn::TransformerConfig& cfg, const Data& data,
+                     int64_t step, const tg::nn::Transformer& model, const tg::nn::AdamW& opt,
+                     const std::vector<std::string>& rows) {
+  Metadata meta{
+      {"config", tg::nn::config_to_json(cfg)}, {"step", std::to_string(step)}, {"data", data.id}};
+  tg::nn::save_module(paths.model.string(), model, meta);
+  tg::nn::save_optimizer(paths.optim.string(), opt, meta);
+  write_csv(paths.csv, rows);
+}
+
+// The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
+// checkpoints along the way, and the last checkpoint.
+void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
+           const Paths& paths, tg::nn::Transformer& model, tg::nn::AdamW& opt) {
+  const int64_t first = opt.steps();
+  const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
+  std::vector<std::string> rows = read_csv_rows(paths.csv, first);
+  Progress progress(first, a.steps);
+  for (int64_t step = first; step < a.steps; ++step) {
+    const tg::nn::Batch b = data.batch(a, step);
+    opt.lr = schedule(step);
+    tg::Generator dropout = tg::nn::step_dropout_generator(a.seed, step);
+    const double loss = tg::nn::train_step(model, opt, b, dropout, {a.clip});
+    TG_CHECK(std::isfinite(loss), "train", "loss became ", loss, " at step ", step,
+             " (try a lower --lr)");
+    rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss) + "," + fmt("%.6e", opt.lr));
+    progress.update(step, loss, opt.lr, a.batch * data.seq);
+    if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
+      progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
+                    evaluate(model, data, a, 200));
+      save_checkpoint(paths, cfg, data, step + 1, model, opt, rows);
+    }
+  }
+  save_checkpoint(paths, cfg, data, a.steps, model, opt, rows);
+  const bool png = plot_loss(paths.csv, paths.png);
+  progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + paths.model.string() +
+                ", " + paths.optim.string() + ", " + paths.csv.string() +
+                (png ? ", " + paths.png.string() : " (no gnuplot: no PNG)"));
+}
+
+// The final evaluation, then the first task answers against the expected ones, or a sample
+// of generated text.
+void print_results(const Args& a, const Data& data, tg::nn::Transformer& model) {
+  std::printf("final: %s\n", evaluate(model, data, a, a.eval_examples).c_str());
+  if (data.task) {
+    const std::vector<tg::nn::Example>& set = data.eval_set;
+    auto r = tg::nn::exact_match(
+        model, std::vector<tg::nn::Example>(set.begin(),
+                                            set.begin() + std::min<size_t>(a.samples, set.size())));
+    for (size_t i = 0; i < r.predictions.size(); ++i) {
+      std::printf("  %s%s   (expected %s) %s\n", set[i].prompt.c_str(), r.predictions[i].c_str(),
+                  set[i].answer.c_str(), r.predictions[i] == set[i].answer ? "ok" : "WRONG");
+    }
+    return;
+  }
+  tg::Generator gen{a.seed, 0};
+  tg::nn::SampleOptions so;
+  so.max_new_tokens = 200;
+  so.temperature = 0.8;
+  so.top_k = 20;
+  so.context = data.seq;
+  const std::string& text = data.text->text();
+  std::string prompt = text.substr(0, std::min<size_t>(16, text.size()));
+  auto ids = tg::nn::sample(model, tg::nn::ByteTokenizer::encode(prompt), so, gen);
+  std::printf("sample:\n%s%s\n", prompt.c_str(), tg::nn::ByteTokenizer::decode(ids).c_str());
+}
+
+int run(const Args& a) {
+  if (a.threads > 0) tg::set_num_threads(static_cast<int>(a.threads));
+  fs::create_directories(a.out);
+  const Paths paths(a.out);
+  const Data data = load_data(a);
+  const tg::nn::TransformerConfig cfg = model_config(a, paths);
   tg::nn::Transformer model(cfg, a.seed);
-  model.to(device);
+  model.to(a.device == "cuda" ? tg::kCUDA : tg::kCPU);
   tg::nn::AdamWOptions ao;
   ao.lr = a.lr;
   ao.weight_decay = a.weight_decay;
   tg::nn::AdamW opt(model.named_parameters(), ao);
   if (a.resume) {
-    tg::nn::load_module(model_path.string(), model);
-    tg::nn::load_optimizer(optim_path.string(), opt);
+    tg::nn::load_module(paths.model.string(), model);
+    tg::nn::load_optimizer(paths.optim.string(), opt);
   }
-  const int64_t first = opt.steps();
-  const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
-
-  std::printf(
-      "tapegrad %s: %s, %lld layers, d_model %lld, heads %lld/%lld (q/kv), ffn %lld, "
-      "%lld parameters\n",
-      a.resume ? "resuming" : "training",
-      task ? (task->name() + " (size " + std::to_string(a.task_size) + ")").c_str()
-           : a.text.c_str(),
-      static_cast<long long>(cfg.layers), static_cast<long long>(cfg.d_model),
-      static_cast<long long>(cfg.heads), static_cast<long long>(cfg.kv_heads),
-      static_cast<long long>(cfg.ffn_size()), static_cast<long long>(model.parameter_count()));
-  std::printf("steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s\n",
-              static_cast<long long>(a.steps), static_cast<long long>(first),
-              static_cast<long long>(a.batch), static_cast<long long>(seq), a.lr,
-              tg::get_num_threads(), a.device.c_str());
-
-  std::vector<tg::nn::Example> eval_set;
-  if (task) eval_set = tg::nn::task_eval_set(*task, a.eval_examples, a.seed);
-  auto evaluate = [&](int64_t n) -> std::string {
-    if (task) {
-      std::vector<tg::nn::Example> subset(eval_set.begin(),
-                                          eval_set.begin() + std::min<size_t>(n, eval_set.size()));
-      auto r = tg::nn::exact_match(model, subset);
-      return fmt("exact match %.1f%%", 100 * r.accuracy()) + " (" + std::to_string(r.correct) +
-             "/" + std::to_string(r.total) + ")";
-    }
-    tg::NoGradGuard no_grad;
-    model.eval();
-    auto b = text->batch(a.batch, seq, a.seed, 0, true);
-    double loss =
-        tg::nn::lm_loss(model.forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
-    model.train();
-    return fmt("validation loss %.4f", loss);
-  };
-
-  std::vector<std::string> rows = read_csv_rows(csv_path, first);
-  auto checkpoint = [&](int64_t step) {
-    Metadata meta{{"config", tg::nn::config_to_json(cfg)},
-                  {"step", std::to_string(step)},
-                  {"data", task ? task->name() + ":" + std::to_string(a.task_size) : a.text}};
-    tg::nn::save_module(model_path.string(), model, meta);
-    tg::nn::save_optimizer(optim_path.string(), opt, meta);
-    write_csv(csv_path, rows);
-  };
-
-  Progress progress(first, a.steps);
-  double loss_value = 0;
-  for (int64_t step = first; step < a.steps; ++step) {
-    tg::nn::Batch b = task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
-                           : text->batch(a.batch, seq, a.seed, step, false);
-    opt.lr = schedule(step);
-    tg::Generator dropout = tg::nn::step_dropout_generator(a.seed, step);
-    loss_value = tg::nn::train_step(model, opt, b, dropout, {a.clip});
-    TG_CHECK(std::isfinite(loss_value), "train", "loss became ", loss_value, " at step ", step,
-             " (try a lower --lr)");
-    rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss_value) + "," +
-                   fmt("%.6e", opt.lr));
-    progress.update(step, loss_value, opt.lr, a.batch * seq);
-    if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
-      progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss_value) +
-                    ", " + evaluate(200));
-      checkpoint(step + 1);
-    }
-  }
-  checkpoint(a.steps);
-  const bool png = plot_loss(csv_path, fs::path(a.out) / "loss.png");
-  progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + model_path.string() +
-                ", " + optim_path.string() + ", " + csv_path.string() +
-                (png ? ", " + (fs::path(a.out) / "loss.png").string() : " (no gnuplot: no PNG)"));
-
-  std::printf("final: %s\n", evaluate(a.eval_examples).c_str());
-  if (task) {
-    auto r = tg::nn::exact_match(
-        model,
-        std::vector<tg::nn::Example>(
-            eval_set.begin(), eval_set.begin() + std::min<size_t>(a.samples, eval_set.size())));
-    for (size_t i = 0; i < r.predictions.size(); ++i) {
-      std::printf("  %s%s   (expected %s) %s\n", eval_set[i].prompt.c_str(),
-                  r.predictions[i].c_str(), eval_set[i].answer.c_str(),
-                  r.predictions[i] == eval_set[i].answer ? "ok" : "WRONG");
-    }
-  } else {
-    tg::Generator gen{a.seed, 0};
-    tg::nn::SampleOptions so;
-    so.max_new_tokens = 200;
-    so.temperature = 0.8;
-    so.top_k = 20;
-    so.context = seq;
-    std::string prompt = text->text().substr(0, std::min<size_t>(16, text->text().size()));
-    auto ids = tg::nn::sample(model, tg::nn::ByteTokenizer::encode(prompt), so, gen);
-    std::printf("sample:\n%s%s\n", prompt.c_str(), tg::nn::ByteTokenizer::decode(ids).c_str());
-  }
+  print_header(a, data, cfg, model, opt.steps());
+  train(a, data, cfg, paths, model, opt);
+  print_results(a, data, model);
   return 0;
 }
 
