@@ -7,18 +7,14 @@
 
 namespace tg {
 
-// Calls f(T{}) with T the C++ type of dtype.
+// Calls f(T{}) with T the C++ type of dtype (core/dtypes.def).
 template <class F>
 decltype(auto) dispatch(DType t, F&& f) {
   switch (t) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    case DType::Int64:
-      return f(int64_t{});
-    case DType::Bool:
-      return f(bool{});
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  case DType::Name:                                   \
+    return f(type{});
+#include "core/dtypes.def"
   }
   return f(float{});
 }

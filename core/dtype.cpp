@@ -4,14 +4,20 @@ namespace tg {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Float32:
-      return "float32";
-    case DType::Float64:
-      return "float64";
-    case DType::Int64:
-      return "int64";
-    case DType::Bool:
-      return "bool";
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  case DType::Name:                                   \
+    return name;
+#include "core/dtypes.def"
+  }
+  return "?";
+}
+
+const char* dtype_safetensors_name(DType t) {
+  switch (t) {
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  case DType::Name:                                   \
+    return st_name;
+#include "core/dtypes.def"
   }
   return "?";
 }

@@ -6,48 +6,51 @@
 
 namespace tg {
 
-enum class DType : uint8_t { Float32, Float64, Int64, Bool };
-inline constexpr DType kFloat32 = DType::Float32;
-inline constexpr DType kFloat64 = DType::Float64;
-inline constexpr DType kInt64 = DType::Int64;
-inline constexpr DType kBool = DType::Bool;
+// The dtypes of core/dtypes.def.
+enum class DType : uint8_t {
+#define TG_DTYPE(Name, type, name, st_name, floating) Name,
+#include "core/dtypes.def"
+};
+#define TG_DTYPE(Name, type, name, st_name, floating) inline constexpr DType k##Name = DType::Name;
+#include "core/dtypes.def"
+
+// Every dtype, in the list's order.
+inline constexpr DType kAllDTypes[] = {
+#define TG_DTYPE(Name, type, name, st_name, floating) DType::Name,
+#include "core/dtypes.def"
+};
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Float32:
-      return 4;
-    case DType::Float64:
-      return 8;
-    case DType::Int64:
-      return 8;
-    case DType::Bool:
-      return 1;
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  case DType::Name:                                   \
+    return sizeof(type);
+#include "core/dtypes.def"
   }
   return 0;
 }
-constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
-const char* dtype_name(DType t);
+constexpr bool is_floating(DType t) {
+  switch (t) {
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  case DType::Name:                                   \
+    return floating;
+#include "core/dtypes.def"
+  }
+  return false;
+}
+const char* dtype_name(DType t);              // "float32"
+const char* dtype_safetensors_name(DType t);  // "F32"
 std::ostream& operator<<(std::ostream& os, DType t);
 
 // The C++ type of each dtype, and back.
 template <class T>
 struct dtype_of;
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = kFloat32;
-};
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = kFloat64;
-};
-template <>
-struct dtype_of<int64_t> {
-  static constexpr DType value = kInt64;
-};
-template <>
-struct dtype_of<bool> {
-  static constexpr DType value = kBool;
-};
+#define TG_DTYPE(Name, type, name, st_name, floating) \
+  template <>                                         \
+  struct dtype_of<type> {                             \
+    static constexpr DType value = DType::Name;       \
+  };
+#include "core/dtypes.def"
 
 enum class DeviceType : uint8_t { CPU, CUDA };
 struct Device {

@@ -3,6 +3,7 @@
 #pragma once
 #include <Random123/philox.h>
 
+#include <cmath>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -27,6 +28,14 @@ TG_HD inline uint32_t philox_word(uint64_t seed, uint64_t pos) {
 TG_HD inline float philox_uniform(uint64_t seed, uint64_t pos) {
   return static_cast<float>(philox_word(seed, pos)) * 2.3283064365386963e-10f +
          1.1641532182693481e-10f;
+}
+
+// Standard normal by Box-Muller in double: element i of a stream at `offset` uses the uniforms
+// at positions offset + 2i and offset + 2i + 1.
+TG_HD inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t i) {
+  const double u1 = philox_uniform(seed, offset + 2 * i);
+  const double u2 = philox_uniform(seed, offset + 2 * i + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
 // A generator is (seed, offset); offset counts 32-bit words already used.

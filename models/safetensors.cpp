@@ -19,23 +19,9 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-const char* st_dtype(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return "F32";
-    case DType::Float64:
-      return "F64";
-    case DType::Int64:
-      return "I64";
-    case DType::Bool:
-      return "BOOL";
-  }
-  return "?";
-}
-
 bool parse_dtype(const std::string& s, DType& t) {
-  for (DType d : {kFloat32, kFloat64, kInt64, kBool}) {
-    if (s == st_dtype(d)) {
+  for (DType d : kAllDTypes) {
+    if (s == dtype_safetensors_name(d)) {
       t = d;
       return true;
     }
@@ -57,8 +43,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
              "' is reserved or repeated");
     Tensor c = t.detach().to(kCPU).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(c.numel()) * dtype_size(c.dtype());
-    header[name] = {
-        {"dtype", st_dtype(c.dtype())}, {"shape", c.sizes()}, {"data_offsets", {at, at + bytes}}};
+    header[name] = {{"dtype", dtype_safetensors_name(c.dtype())},
+                    {"shape", c.sizes()},
+                    {"data_offsets", {at, at + bytes}}};
     at += bytes;
     host.push_back(c);
   }

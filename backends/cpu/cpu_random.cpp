@@ -7,29 +7,26 @@
 
 namespace tg::cpu {
 
-void CpuBackend::rand_uniform(const View& dst, uint64_t seed, uint64_t offset) {
+namespace {
+// dst[i] = value(i) for the row-major index i of a contiguous floating dst.
+template <class F>
+void generate(const View& dst, F value) {
   dispatch_float(dst.dtype, [&](auto t) {
     using T = decltype(t);
     T* p = static_cast<T*>(dst.data);
     const int64_t n = dst.numel();
 #pragma omp parallel for schedule(static) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(philox_uniform(seed, offset + i));
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value(i));
   });
 }
+}  // namespace
 
-// Box-Muller: element i uses the uniforms at positions 2i and 2i+1.
+void CpuBackend::rand_uniform(const View& dst, uint64_t seed, uint64_t offset) {
+  generate(dst, [=](int64_t i) { return philox_uniform(seed, offset + i); });
+}
+
 void CpuBackend::rand_normal(const View& dst, uint64_t seed, uint64_t offset) {
-  dispatch_float(dst.dtype, [&](auto t) {
-    using T = decltype(t);
-    T* p = static_cast<T*>(dst.data);
-    const int64_t n = dst.numel();
-#pragma omp parallel for schedule(static) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) {
-      double u1 = philox_uniform(seed, offset + 2 * i);
-      double u2 = philox_uniform(seed, offset + 2 * i + 1);
-      p[i] = static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-    }
-  });
+  generate(dst, [=](int64_t i) { return philox_normal(seed, offset, i); });
 }
 
 void CpuBackend::dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) {

@@ -2,27 +2,29 @@
 // column-major C^T (n x m), so C = A B is computed as C^T = B^T A^T, and an operand that is
 // row-major in our terms needs no transpose there. Batch dims are merged where their strides
 // allow; one strided-batched call covers the innermost batch dim, a host loop the rest.
+#include <type_traits>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 
 namespace tg::cuda {
 namespace {
 
+// One strided-batched GEMM in T (float or double) through cuBLAS.
+template <class T>
 void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                  const float* a, int lda, int64_t sa, const float* b, int ldb, int64_t sb,
-                  float* c, int ldc, int64_t sc, int batch) {
-  const float one = 1, zero = 0;
-  check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c,
-                                         ldc, sc, batch),
-               "cublasSgemmStridedBatched");
-}
-void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                  const double* a, int lda, int64_t sa, const double* b, int ldb, int64_t sb,
-                  double* c, int ldc, int64_t sc, int batch) {
-  const double one = 1, zero = 0;
-  check_cublas(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c,
-                                         ldc, sc, batch),
-               "cublasDgemmStridedBatched");
+                  const T* a, int lda, int64_t sa, const T* b, int ldb, int64_t sb, T* c, int ldc,
+                  int64_t sc, int batch) {
+  const T one = 1, zero = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
+                                           c, ldc, sc, batch),
+                 "cublasSgemmStridedBatched");
+  } else {
+    check_cublas(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
+                                           c, ldc, sc, batch),
+                 "cublasDgemmStridedBatched");
+  }
 }
 
 int to_int(int64_t v, const char* what) {

@@ -9,19 +9,31 @@
 namespace tg::cuda {
 namespace {
 
-template <class T>
-__global__ void uniform_kernel(T* out, uint64_t seed, uint64_t offset, int64_t n) {
-  TG_GRID_STRIDE(i, n) { out[i] = static_cast<T>(philox_uniform(seed, offset + i)); }
+// out[i] = value(i) for the row-major index i of a contiguous out.
+template <class T, class F>
+__global__ void generate_kernel(T* out, F value, int64_t n) {
+  TG_GRID_STRIDE(i, n) { out[i] = static_cast<T>(value(i)); }
 }
 
-// Box-Muller in double, as on the CPU: element i uses positions 2i and 2i+1.
-template <class T>
-__global__ void normal_kernel(T* out, uint64_t seed, uint64_t offset, int64_t n) {
-  TG_GRID_STRIDE(i, n) {
-    const double u1 = philox_uniform(seed, offset + 2 * i);
-    const double u2 = philox_uniform(seed, offset + 2 * i + 1);
-    out[i] = static_cast<T>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-  }
+struct Uniform {
+  uint64_t seed, offset;
+  __device__ float operator()(int64_t i) const { return philox_uniform(seed, offset + i); }
+};
+struct Normal {
+  uint64_t seed, offset;
+  __device__ double operator()(int64_t i) const { return philox_normal(seed, offset, i); }
+};
+
+template <class F>
+void generate(int device, const View& dst, F value, const char* what) {
+  cudaStream_t s = enter(device);
+  const int64_t n = dst.numel();
+  if (!n) return;
+  dispatch_float(dst.dtype, [&](auto t) {
+    using T = decltype(t);
+    generate_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dst.data), value, n);
+  });
+  check_launch(what);
 }
 
 template <class T>
@@ -33,25 +45,11 @@ __global__ void dropout_kernel(const T* x, T* out, float p, T scale, uint64_t se
 }  // namespace
 
 void CudaBackend::rand_uniform(const View& dst, uint64_t seed, uint64_t offset) {
-  cudaStream_t s = enter(device);
-  const int64_t n = dst.numel();
-  if (!n) return;
-  dispatch_float(dst.dtype, [&](auto t) {
-    using T = decltype(t);
-    uniform_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dst.data), seed, offset, n);
-  });
-  check_launch("rand_uniform kernel");
+  generate(device, dst, Uniform{seed, offset}, "rand_uniform kernel");
 }
 
 void CudaBackend::rand_normal(const View& dst, uint64_t seed, uint64_t offset) {
-  cudaStream_t s = enter(device);
-  const int64_t n = dst.numel();
-  if (!n) return;
-  dispatch_float(dst.dtype, [&](auto t) {
-    using T = decltype(t);
-    normal_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dst.data), seed, offset, n);
-  });
-  check_launch("rand_normal kernel");
+  generate(device, dst, Normal{seed, offset}, "rand_normal kernel");
 }
 
 void CudaBackend::dropout(const View& x, const View& out, double p, uint64_t seed,
