@@ -38,13 +38,8 @@ int main(int argc, char** argv) {
     const tg::Device device = args.device == "cuda" ? tg::kCUDA : tg::kCPU;
     if (threads > 0) tg::set_num_threads(threads);
     bench::print_machine();
-    tg::nn::TransformerConfig cfg;
-    cfg.vocab = 256;
-    cfg.d_model = 256;
-    cfg.layers = 4;
-    cfg.heads = 8;
-    cfg.kv_heads = 2;
-    cfg.ffn = 768;
+    const tg::nn::TransformerConfig cfg{
+        .vocab = 256, .d_model = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768};
     const int64_t batch = 16, seq = 128;
     tg::nn::Transformer model(cfg, 1);
     model.to(device);

@@ -170,15 +170,13 @@ tg::nn::TransformerConfig model_config(const Args& a, const Paths& paths) {
     return tg::nn::config_from_json(
         tg::nn::load_safetensors(paths.model.string()).metadata.at("config"));
   }
-  tg::nn::TransformerConfig cfg;
-  cfg.vocab = tg::nn::ByteTokenizer::kVocab;
-  cfg.d_model = a.d_model;
-  cfg.layers = a.layers;
-  cfg.heads = a.heads;
-  cfg.kv_heads = a.kv_heads;
-  cfg.ffn = a.ffn;
-  cfg.attn_dropout = a.dropout;
-  return cfg;
+  return {.vocab = tg::nn::ByteTokenizer::kVocab,
+          .d_model = a.d_model,
+          .layers = a.layers,
+          .heads = a.heads,
+          .kv_heads = a.kv_heads,
+          .ffn = a.ffn,
+          .attn_dropout = a.dropout};
 }
 
 void print_header(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,

@@ -2,6 +2,7 @@
 // default. Off, those ops run their composite formulas, written with other ops: the reference
 // the fused kernels are tested against, and what runs on a backend that lacks a fused kernel.
 #pragma once
+#include "core/scoped_setting.h"
 
 namespace tg {
 
@@ -9,15 +10,6 @@ void set_fused_kernels(bool on);
 bool fused_kernels();
 
 // Turns the fused kernels off (or on) for a scope, then restores the setting it found.
-class FusedKernelsGuard {
- public:
-  explicit FusedKernelsGuard(bool on) : prev_(fused_kernels()) { set_fused_kernels(on); }
-  ~FusedKernelsGuard() { set_fused_kernels(prev_); }
-  FusedKernelsGuard(const FusedKernelsGuard&) = delete;
-  FusedKernelsGuard& operator=(const FusedKernelsGuard&) = delete;
-
- private:
-  bool prev_;
-};
+using FusedKernelsGuard = ScopedSetting<fused_kernels, set_fused_kernels>;
 
 }  // namespace tg

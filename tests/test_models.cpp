@@ -11,15 +11,13 @@ namespace {
 Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 
 nn::TransformerConfig tiny_config() {
-  nn::TransformerConfig c;
-  c.vocab = 11;
-  c.d_model = 8;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.ffn = 12;
-  c.dtype = kFloat64;
-  return c;
+  return {.vocab = 11,
+          .d_model = 8,
+          .layers = 2,
+          .heads = 2,
+          .kv_heads = 1,
+          .ffn = 12,
+          .dtype = kFloat64};
 }
 }  // namespace
 

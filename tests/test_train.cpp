@@ -15,14 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 
 nn::TransformerConfig small_config() {
-  nn::TransformerConfig c;
-  c.vocab = 256;
-  c.d_model = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.attn_dropout = 0.1;
-  return c;
+  return {.vocab = 256, .d_model = 32, .layers = 2, .heads = 4, .kv_heads = 2, .attn_dropout = 0.1};
 }
 
 fs::path temp_dir(const std::string& name) {
