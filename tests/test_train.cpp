@@ -49,6 +49,25 @@ std::vector<double> run_steps(nn::Transformer& model, nn::AdamW& opt, const nn::
   return losses;
 }
 
+// A small model and its AdamW as the tests train them, saved to and loaded from a directory.
+struct Run {
+  explicit Run(uint64_t seed) : model(small_config(), seed), opt(model.named_parameters()) {}
+  std::vector<double> steps(const nn::Task& task, int64_t from, int64_t to) {
+    return run_steps(model, opt, task, from, to);
+  }
+  void save(const fs::path& dir, const nn::Metadata& meta = {}) const {
+    nn::save_module((dir / "m.safetensors").string(), model, meta);
+    nn::save_optimizer((dir / "o.safetensors").string(), opt);
+  }
+  nn::Metadata load(const fs::path& dir) {
+    nn::Metadata meta = nn::load_module((dir / "m.safetensors").string(), model);
+    nn::load_optimizer((dir / "o.safetensors").string(), opt);
+    return meta;
+  }
+  nn::Transformer model;
+  nn::AdamW opt;
+};
+
 std::vector<char> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -91,44 +110,33 @@ TEST_CASE("safetensors: round trip of every dtype, metadata, and the layout on d
 TEST_CASE("checkpoints: bitwise round trip of model and optimizer") {
   fs::path dir = temp_dir("rt");
   auto task = nn::make_task("sort", 4);
-  nn::Transformer a(small_config(), 1);
-  nn::AdamW oa(a.named_parameters());
-  run_steps(a, oa, *task, 0, 2);
-  nn::save_module((dir / "m.safetensors").string(), a, {{"note", "x"}});
-  nn::save_optimizer((dir / "o.safetensors").string(), oa);
-  nn::Transformer b(small_config(), 2);  // other weights
-  nn::AdamW ob(b.named_parameters());
-  CHECK(nn::load_module((dir / "m.safetensors").string(), b).at("note") == "x");
-  nn::load_optimizer((dir / "o.safetensors").string(), ob);
-  auto pa = a.parameters(), pb = b.parameters();
+  Run a(1);
+  a.steps(*task, 0, 2);
+  a.save(dir, {{"note", "x"}});
+  Run b(2);  // other weights
+  CHECK(b.load(dir).at("note") == "x");
+  auto pa = a.model.parameters(), pb = b.model.parameters();
   for (size_t i = 0; i < pa.size(); ++i)
     CHECK(pa[i].to_vector<float>() == pb[i].to_vector<float>());
-  auto sa = oa.state(), sb = ob.state();
+  auto sa = a.opt.state(), sb = b.opt.state();
   for (size_t i = 0; i < sa.size(); ++i) {
     CHECK(sa[i].second.to_vector<float>() == sb[i].second.to_vector<float>());
   }
-  CHECK(ob.steps() == 2);
+  CHECK(b.opt.steps() == 2);
   fs::remove_all(dir);
 }
 
 TEST_CASE("resuming from a checkpoint gives the uninterrupted loss curve, bitwise") {
   fs::path dir = temp_dir("resume");
   auto task = nn::make_task("sort", 4);
-  nn::Transformer full(small_config(), 3);
-  nn::AdamW of(full.named_parameters());
-  std::vector<double> want = run_steps(full, of, *task, 0, 6);
-
-  nn::Transformer first(small_config(), 3);
-  nn::AdamW o1(first.named_parameters());
-  std::vector<double> got = run_steps(first, o1, *task, 0, 3);
-  nn::save_module((dir / "m.safetensors").string(), first);
-  nn::save_optimizer((dir / "o.safetensors").string(), o1);
-
-  nn::Transformer second(small_config(), 99);
-  nn::AdamW o2(second.named_parameters());
-  nn::load_module((dir / "m.safetensors").string(), second);
-  nn::load_optimizer((dir / "o.safetensors").string(), o2);
-  std::vector<double> rest = run_steps(second, o2, *task, o2.steps(), 6);
+  Run full(3);
+  std::vector<double> want = full.steps(*task, 0, 6);
+  Run first(3);
+  std::vector<double> got = first.steps(*task, 0, 3);
+  first.save(dir);
+  Run second(99);
+  second.load(dir);
+  std::vector<double> rest = second.steps(*task, second.opt.steps(), 6);
   got.insert(got.end(), rest.begin(), rest.end());
   CHECK(got == want);
   fs::remove_all(dir);
@@ -137,15 +145,9 @@ TEST_CASE("resuming from a checkpoint gives the uninterrupted loss curve, bitwis
 TEST_CASE("same seed and threads give bitwise identical losses") {
   auto task = nn::make_task("reverse", 5);
   std::vector<std::vector<double>> runs;
-  for (int r = 0; r < 2; ++r) {
-    nn::Transformer m(small_config(), 8);
-    nn::AdamW o(m.named_parameters());
-    runs.push_back(run_steps(m, o, *task, 0, 4));
-  }
+  for (int r = 0; r < 2; ++r) runs.push_back(Run(8).steps(*task, 0, 4));
   CHECK(runs[0] == runs[1]);
-  nn::Transformer m(small_config(), 9);  // another seed: other losses
-  nn::AdamW o(m.named_parameters());
-  CHECK(run_steps(m, o, *task, 0, 4) != runs[0]);
+  CHECK(Run(9).steps(*task, 0, 4) != runs[0]);  // another seed: other losses
 }
 
 TEST_CASE("checkpoints: missing, truncated, corrupt or foreign files are refused") {

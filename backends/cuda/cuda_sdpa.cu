@@ -87,15 +87,57 @@ namespace {
 constexpr int kWarps = 4;         // warps (rows) per block
 constexpr int kMaxHeadDim = 256;  // head dims up to 8 values per lane
 
+// A warp's query or key row (kWarps rows to a block over the B x heads x len rows,
+// row-major), its lane, and its slice of the block's shared memory.
+template <class T>
+struct WarpRow {
+  int lane;
+  int64_t row, b, head, pos;
+  T* smem;
+};
+// This warp's row with `per_warp` shared values; false past the last row (the whole warp
+// returns).
+template <class T>
+__device__ __forceinline__ bool warp_row(unsigned char* smem, int64_t per_warp, int64_t B,
+                                         int64_t heads, int64_t len, WarpRow<T>& w) {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  w.lane = static_cast<int>(threadIdx.x % 32);
+  w.row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  w.smem = reinterpret_cast<T*>(smem) + warp * per_warp;
+  w.pos = w.row % len;
+  w.head = (w.row / len) % heads;
+  w.b = w.row / (len * heads);
+  return w.row < B * heads * len;
+}
+
+// The lane's elements d = lane + 32 c (c < kPer) of a row of n values at `stride`:
+// acc[c] += s * row[d], and row[d] = acc[c] * s.
+template <class T, int kPer>
+__device__ __forceinline__ void lane_axpy(T (&acc)[kPer], T s, const T* row, int64_t stride,
+                                          int64_t n, int lane) {
+  for (int c = 0; c < kPer; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < n) acc[c] += s * row[d * stride];
+  }
+}
+template <class T, int kPer>
+__device__ __forceinline__ void lane_store(const T (&acc)[kPer], T s, T* row, int64_t stride,
+                                           int64_t n, int lane) {
+  for (int c = 0; c < kPer; ++c) {
+    const int64_t d = lane + 32 * c;
+    if (d < n) row[d * stride] = acc[c] * s;
+  }
+}
+
 // Forward: out row and logsumexp of query row (b, h, i). Lane l owns out dims l, l+32, ...
 template <class T, int kPer>
 __global__ void forward_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  T* qs = reinterpret_cast<T*>(smem_raw) + warp * a.Dqk;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= a.B * a.Hq * a.Sq) return;
-  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  WarpRow<T> w;
+  if (!warp_row(smem_raw, a.Dqk, a.B, a.Hq, a.Sq, w)) return;
+  T* qs = w.smem;
+  const int lane = w.lane;
+  const int64_t row = w.row, i = w.pos, h = w.head, b = w.b;
   const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
   const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
   for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
@@ -127,19 +169,12 @@ __global__ void forward_kernel(Args<T> a) {
     for (int u = 0; u < n; ++u) {
       const T pj = __shfl_sync(0xffffffffu, pd, u);
       if (pj == T(0)) continue;
-      const T* vr = a.v + at4(a.vs, b, hk, j0 + u, 0);
-      for (int c = 0; c < kPer; ++c) {
-        const int64_t d = lane + 32 * c;
-        if (d < a.Dv) acc[c] += pj * vr[d * a.vs[3]];
-      }
+      lane_axpy(acc, pj, a.v + at4(a.vs, b, hk, j0 + u, 0), a.vs[3], a.Dv, lane);
     }
   }
   const bool any = l > T(0);
   const T inv = any ? T(1) / l : T(0);
-  for (int c = 0; c < kPer; ++c) {
-    const int64_t d = lane + 32 * c;
-    if (d < a.Dv) a.out[at4(a.outs, b, h, i, d)] = acc[c] * inv;
-  }
+  lane_store(acc, inv, a.out + at4(a.outs, b, h, i, 0), a.outs[3], a.Dv, lane);
   if (lane == 0) a.stats[row] = any ? m + log(l) : ninf;
 }
 
@@ -147,12 +182,11 @@ __global__ void forward_kernel(Args<T> a) {
 template <class T, int kPer>
 __global__ void backward_dq_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  T* qs = reinterpret_cast<T*>(smem_raw) + warp * (a.Dqk + a.Dv);
-  T* dos = qs + a.Dqk;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= a.B * a.Hq * a.Sq) return;
-  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  WarpRow<T> w;
+  if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hq, a.Sq, w)) return;
+  T *qs = w.smem, *dos = w.smem + a.Dqk;
+  const int lane = w.lane;
+  const int64_t row = w.row, i = w.pos, h = w.head, b = w.b;
   const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
   const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
   for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
@@ -191,17 +225,10 @@ __global__ void backward_dq_kernel(Args<T> a) {
     for (int u = 0; u < n; ++u) {
       const T dsj = __shfl_sync(0xffffffffu, ds, u);
       if (dsj == T(0)) continue;
-      const T* kr = a.k + at4(a.ks, b, hk, j0 + u, 0);
-      for (int c = 0; c < kPer; ++c) {
-        const int64_t d = lane + 32 * c;
-        if (d < a.Dqk) acc[c] += dsj * kr[d * a.ks[3]];
-      }
+      lane_axpy(acc, dsj, a.k + at4(a.ks, b, hk, j0 + u, 0), a.ks[3], a.Dqk, lane);
     }
   }
-  for (int c = 0; c < kPer; ++c) {
-    const int64_t d = lane + 32 * c;
-    if (d < a.Dqk) a.dq[at4(a.dqs, b, h, i, d)] = acc[c] * a.scale;
-  }
+  lane_store(acc, a.scale, a.dq + at4(a.dqs, b, h, i, 0), a.dqs[3], a.Dqk, lane);
 }
 
 // Backward, pass 2 (a warp per key row of a key/value head): dK and dV summed over the
@@ -209,12 +236,11 @@ __global__ void backward_dq_kernel(Args<T> a) {
 template <class T, int kPer>
 __global__ void backward_dkv_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  T* ks = reinterpret_cast<T*>(smem_raw) + warp * (a.Dqk + a.Dv);
-  T* vs = ks + a.Dqk;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= a.B * a.Hk * a.Skv) return;
-  const int64_t j = row % a.Skv, hk = (row / a.Skv) % a.Hk, b = row / (a.Skv * a.Hk);
+  WarpRow<T> w;
+  if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hk, a.Skv, w)) return;
+  T *ks = w.smem, *vs = w.smem + a.Dqk;
+  const int lane = w.lane;
+  const int64_t j = w.pos, hk = w.head, b = w.b;
   const int64_t G = a.Hq / a.Hk, lq = a.len_q(b), lkv = a.len_kv(b);
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, j, d)];
@@ -252,28 +278,14 @@ __global__ void backward_dkv_kernel(Args<T> a) {
       const int n = i_hi - i0 < 32 ? static_cast<int>(i_hi - i0) : 32;
       for (int u = 0; u < n; ++u) {
         const T pu = __shfl_sync(0xffffffffu, pd, u), du = __shfl_sync(0xffffffffu, ds, u);
-        if (pu != T(0)) {
-          const T* dr = a.dout + at4(a.dos, b, h, i0 + u, 0);
-          for (int c = 0; c < kPer; ++c) {
-            const int64_t d = lane + 32 * c;
-            if (d < a.Dv) dv[c] += pu * dr[d * a.dos[3]];
-          }
-        }
-        if (du != T(0)) {
-          const T* qr = a.q + at4(a.qs, b, h, i0 + u, 0);
-          for (int c = 0; c < kPer; ++c) {
-            const int64_t d = lane + 32 * c;
-            if (d < a.Dqk) dk[c] += du * qr[d * a.qs[3]];
-          }
-        }
+        if (pu != T(0))
+          lane_axpy(dv, pu, a.dout + at4(a.dos, b, h, i0 + u, 0), a.dos[3], a.Dv, lane);
+        if (du != T(0)) lane_axpy(dk, du, a.q + at4(a.qs, b, h, i0 + u, 0), a.qs[3], a.Dqk, lane);
       }
     }
   }
-  for (int c = 0; c < kPer; ++c) {
-    const int64_t d = lane + 32 * c;
-    if (d < a.Dqk) a.dk[at4(a.dks, b, hk, j, d)] = dk[c] * a.scale;
-    if (d < a.Dv) a.dv[at4(a.dvs, b, hk, j, d)] = dv[c];
-  }
+  lane_store(dk, a.scale, a.dk + at4(a.dks, b, hk, j, 0), a.dks[3], a.Dqk, lane);
+  lane_store(dv, T(1), a.dv + at4(a.dvs, b, hk, j, 0), a.dvs[3], a.Dv, lane);
 }
 
 // Calls f(std::integral_constant<int, values per lane>) for the larger head dim.
