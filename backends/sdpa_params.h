@@ -86,6 +86,22 @@ TG_HD inline IndexRange sdpa_query_range(bool causal, int64_t window, int64_t sh
   return r;
 }
 
+// The score rules after the scaled dot product, in DESIGN §4's order: softcap, then ALiBi (the
+// masks come last). `t` receives tanh(s / cap), which softcap's gradient needs.
+template <class T>
+TG_HD inline T sdpa_softcap(T s, T cap, T& t) {
+  t = std::tanh(s / cap);
+  return cap * t;
+}
+template <class T>
+TG_HD inline T sdpa_softcap_grad(T t) {
+  return T(1) - t * t;
+}
+template <class T>
+TG_HD inline T sdpa_alibi(T s, T slope, int64_t ia, int64_t j) {
+  return s - slope * static_cast<T>(ia > j ? ia - j : j - ia);
+}
+
 // Dropout keeps score (b, h, i, j) when the Philox uniform at offset + its row-major index in
 // (B, Hq, Sq, Skv) exceeds p.
 TG_HD inline bool sdpa_keep(uint64_t seed, uint64_t offset, uint64_t linear, float p) {

@@ -182,7 +182,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
       if (g.dscores.data) {
         static_cast<T*>(g.dscores.data)[((b * Hq + h) * Sq + i0 + r) * Skv + j0 + c] = ds;
       }
-      if (p.softcap > 0) ds *= T(1) - th[x] * th[x];
+      if (p.softcap > 0) ds *= sdpa_softcap_grad(th[x]);
       dp[x] = ds;
     }
   }

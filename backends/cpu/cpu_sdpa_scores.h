@@ -94,16 +94,13 @@ void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, 
     const int64_t hi = std::clamp<int64_t>(keys.hi - j0, lo, cols);
     if (cap > T(0)) {
       for (int64_t c = lo; c < hi; ++c) {
-        T t = std::tanh(row[c] / cap);
+        T t;
+        row[c] = sdpa_softcap(row[c], cap, t);
         if (tanh_out) tanh_out[r * ld + c] = t;
-        row[c] = cap * t;
       }
     }
     if (p.alibi) {
-      for (int64_t c = lo; c < hi; ++c) {
-        const int64_t j = j0 + c;
-        row[c] -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
-      }
+      for (int64_t c = lo; c < hi; ++c) row[c] = sdpa_alibi(row[c], slope, ia, j0 + c);
     }
     if (p.mask.data) {
       const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];

@@ -219,7 +219,7 @@ __global__ void backward_dq_kernel(Args<T> a) {
       if (a.dropout_p > 0) dp = a.keep(b, h, i, j) ? dp * a.keep_scale : T(0);
       ds = p * (dp - delta);
       if (a.dscores) a.dscores[row * a.Skv + j] = ds;
-      if (a.softcap > T(0)) ds *= T(1) - t * t;
+      if (a.softcap > T(0)) ds *= sdpa_softcap_grad(t);
     }
     const int n = hi - j0 < 32 ? static_cast<int>(hi - j0) : 32;
     for (int u = 0; u < n; ++u) {
@@ -273,7 +273,7 @@ __global__ void backward_dkv_kernel(Args<T> a) {
           dp = kept ? dp * a.keep_scale : T(0);
         }
         ds = p * (dp - a.delta[r]);
-        if (a.softcap > T(0)) ds *= T(1) - t * t;
+        if (a.softcap > T(0)) ds *= sdpa_softcap_grad(t);
       }
       const int n = i_hi - i0 < 32 ? static_cast<int>(i_hi - i0) : 32;
       for (int u = 0; u < n; ++u) {

@@ -42,11 +42,8 @@ struct Args {
     const int64_t ia = i + shift;
     if (i >= lq || j >= lkv || !sdpa_visible(causal, window, ia, j)) return ninf;
     T s = dot;
-    if (softcap > T(0)) {
-      *t = tanh(s / softcap);
-      s = softcap * *t;
-    }
-    if (alibi) s -= slope * static_cast<T>(ia > j ? ia - j : j - ia);
+    if (softcap > T(0)) s = sdpa_softcap(s, softcap, *t);
+    if (alibi) s = sdpa_alibi(s, slope, ia, j);
     if (mask) {
       const int64_t off = b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3];
       if (mask_bool) {

@@ -212,7 +212,7 @@ __device__ __forceinline__ float score_grad(const Args<float>& a, int64_t b, int
   }
   float ds = p * (dp - delta);
   *ds_raw = ds;
-  if (a.softcap > 0) ds *= 1.0f - t * t;
+  if (a.softcap > 0) ds *= sdpa_softcap_grad(t);
   return ds;
 }
 
