@@ -238,19 +238,20 @@ __global__ void backward_dkv_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
   WarpRow<T> w;
   if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hk, a.Skv, w)) return;
-  T *ks = w.smem, *vs = w.smem + a.Dqk;
+  const int64_t j = w.pos, hk = w.head, b = w.b;  // key row j of kv head hk
   const int lane = w.lane;
-  const int64_t j = w.pos, hk = w.head, b = w.b;
-  const int64_t G = a.Hq / a.Hk, lq = a.len_q(b), lkv = a.len_kv(b);
-  const T ninf = -std::numeric_limits<T>::infinity();
+  T *ks = w.smem, *vs = w.smem + a.Dqk;
   for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, j, d)];
   for (int64_t d = lane; d < a.Dv; d += 32) vs[d] = a.v[at4(a.vs, b, hk, j, d)];
   __syncwarp();
   // Query rows that can see key j.
+  const int64_t lq = a.len_q(b), lkv = a.len_kv(b);
   const IndexRange rows = sdpa_query_range(a.causal, a.window, a.shift, j, j, j < lkv ? lq : 0);
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
+  const T ninf = -std::numeric_limits<T>::infinity();
   T dk[kPer], dv[kPer];
   for (int c = 0; c < kPer; ++c) dk[c] = dv[c] = 0;
+  const int64_t G = a.Hq / a.Hk;  // the query heads of kv head hk: [hk G, (hk + 1) G)
   for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
     const T slope = a.slope_of(h);
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += 32) {
