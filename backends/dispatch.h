@@ -11,10 +11,12 @@ namespace tg {
 template <class F>
 decltype(auto) dispatch(DType t, F&& f) {
   switch (t) {
+    // NOLINTBEGIN(bugprone-macro-parentheses): `type` is a type name
 #define TG_DTYPE(Name, type, name, st_name, floating) \
   case DType::Name:                                   \
     return f(type{});
 #include "core/dtypes.def"
+    // NOLINTEND(bugprone-macro-parentheses)
   }
   return f(float{});
 }

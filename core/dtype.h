@@ -20,24 +20,17 @@ inline constexpr DType kAllDTypes[] = {
 #include "core/dtypes.def"
 };
 
-constexpr size_t dtype_size(DType t) {
-  switch (t) {
-#define TG_DTYPE(Name, type, name, st_name, floating) \
-  case DType::Name:                                   \
-    return sizeof(type);
+// Indexed by DType, whose values are the list's positions.
+inline constexpr size_t kDTypeSizes[] = {
+#define TG_DTYPE(Name, type, name, st_name, floating) sizeof(type),
 #include "core/dtypes.def"
-  }
-  return 0;
-}
-constexpr bool is_floating(DType t) {
-  switch (t) {
-#define TG_DTYPE(Name, type, name, st_name, floating) \
-  case DType::Name:                                   \
-    return floating;
+};
+inline constexpr bool kDTypeFloating[] = {
+#define TG_DTYPE(Name, type, name, st_name, floating) floating,
 #include "core/dtypes.def"
-  }
-  return false;
-}
+};
+constexpr size_t dtype_size(DType t) { return kDTypeSizes[static_cast<size_t>(t)]; }
+constexpr bool is_floating(DType t) { return kDTypeFloating[static_cast<size_t>(t)]; }
 const char* dtype_name(DType t);              // "float32"
 const char* dtype_safetensors_name(DType t);  // "F32"
 std::ostream& operator<<(std::ostream& os, DType t);

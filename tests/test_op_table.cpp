@@ -52,7 +52,7 @@ std::string declared_name(const std::string& line) {
   if (paren == std::string::npos) return "";
   const size_t space = line.rfind(' ', paren);
   if (space == std::string::npos) return "";
-  const std::string name = line.substr(space + 1, paren - space - 1);
+  std::string name = line.substr(space + 1, paren - space - 1);
   if (name.empty()) return "";
   for (char c : name)
     if (!(std::islower(static_cast<unsigned char>(c)) ||
@@ -72,7 +72,7 @@ std::set<std::string> public_ops() {
   while (std::getline(all, line)) {
     if (line.rfind(include, 0) != 0) continue;
     const std::string header = line.substr(10, line.find('"', 10) - 10);  // after #include "
-    std::ifstream in(root + "/" + header);
+    std::ifstream in(root + "/" + header);  // NOLINT(performance-inefficient-string-concatenation)
     REQUIRE(in.good());
     std::string l;
     while (std::getline(in, l)) {
