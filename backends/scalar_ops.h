@@ -194,6 +194,23 @@ decltype(auto) visit(BinaryOp op, F&& f) {
   unknown_op();
 }
 
+// Calls f(fn, T{}) with the op's functor and the C++ type of dtype t when t is in the op's
+// domain: the one place the kernels' (op, dtype) instantiations come from. A dtype outside the
+// domain (the ops check before they call a kernel) is an error, never a silent no-op.
+template <class Op, class F>
+void visit_typed(Op op, DType t, const char* kernel, F&& f) {
+  visit(op, [&](auto fn) {
+    using Fn = decltype(fn);
+    dispatch(t, [&](auto v) {
+      if constexpr (Fn::domain::template accepts<decltype(v)>) {
+        f(fn, v);
+      } else {
+        fail(kernel, "dtype ", t, " is outside this op's domain");
+      }
+    });
+  });
+}
+
 // Whether the op's kernels take inputs of dtype t (its domain in the list).
 template <class Op>
 bool accepts(Op op, DType t) {

@@ -20,19 +20,23 @@ inline constexpr DType kAllDTypes[] = {
 #include "core/dtypes.def"
 };
 
-// Indexed by DType, whose values are the list's positions.
-inline constexpr size_t kDTypeSizes[] = {
-#define TG_DTYPE(Name, type, name, st_name, floating) sizeof(type),
+// What the list says of each dtype, indexed by DType (whose values are the list's positions).
+struct DTypeInfo {
+  size_t size;
+  bool floating;
+  const char* name;         // "float32"
+  const char* safetensors;  // "F32"
+};
+inline constexpr DTypeInfo kDTypeInfo[] = {
+#define TG_DTYPE(Name, type, name, st_name, floating) {sizeof(type), floating, name, st_name},
 #include "core/dtypes.def"
 };
-inline constexpr bool kDTypeFloating[] = {
-#define TG_DTYPE(Name, type, name, st_name, floating) floating,
-#include "core/dtypes.def"
-};
-constexpr size_t dtype_size(DType t) { return kDTypeSizes[static_cast<size_t>(t)]; }
-constexpr bool is_floating(DType t) { return kDTypeFloating[static_cast<size_t>(t)]; }
-const char* dtype_name(DType t);              // "float32"
-const char* dtype_safetensors_name(DType t);  // "F32"
+constexpr size_t dtype_size(DType t) { return kDTypeInfo[static_cast<size_t>(t)].size; }
+constexpr bool is_floating(DType t) { return kDTypeInfo[static_cast<size_t>(t)].floating; }
+constexpr const char* dtype_name(DType t) { return kDTypeInfo[static_cast<size_t>(t)].name; }
+constexpr const char* dtype_safetensors_name(DType t) {
+  return kDTypeInfo[static_cast<size_t>(t)].safetensors;
+}
 std::ostream& operator<<(std::ostream& os, DType t);
 
 // The C++ type of each dtype, and back.

@@ -100,16 +100,15 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   TG_CHECK(x.dim() >= 1, "rms_norm", "argument 'x' must have a feature dim, got a 0-d tensor");
   TG_CHECK(eps >= 0, "rms_norm", "argument 'eps' must be >= 0, got ", eps);
   const int64_t d = x.sizes().back();
-  Tensor w;
   if (weight.defined()) {
     detail::check_same_dtype(x, weight, "rms_norm", "weight");
     detail::check_same_device(x, weight, "rms_norm", "weight");
     TG_CHECK(weight.dim() == 1 && weight.size(0) == d, "rms_norm",
              "argument 'weight' must have shape [", d, "] (x's last dim), got ",
              shape_str(weight.sizes()));
-    w = weight.detach().contiguous();
   }
   if (!fused_kernels()) return rms_norm_composite(x, weight, eps);
+  Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor xc = x.detach().contiguous();
   Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   Tensor y = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());

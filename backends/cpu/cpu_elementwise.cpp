@@ -90,33 +90,19 @@ void CpuBackend::arange(const View& dst, double start, double step) {
   });
 }
 
-// One loop per op of elementwise_ops.def (scalar::visit), per input dtype of its domain.
+// One loop per op of elementwise_ops.def and input dtype of its domain (scalar::visit_typed).
 void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
-  scalar::visit(op, [&](auto fn) {
-    using Fn = decltype(fn);
-    dispatch(x.dtype, [&](auto t) {
-      using T = decltype(t);
-      if constexpr (Fn::domain::template accepts<T>) {
-        const T p = static_cast<T>(param);
-        map1<decltype(fn(T{}, T{})), T>(x, out, [fn, p](T v) { return fn(v, p); });
-      } else {
-        fail("unary", "dtype ", x.dtype, " is outside this op's domain");
-      }
-    });
+  scalar::visit_typed(op, x.dtype, "unary", [&](auto fn, auto t) {
+    using T = decltype(t);
+    const T p = static_cast<T>(param);
+    map1<decltype(fn(T{}, T{})), T>(x, out, [fn, p](T v) { return fn(v, p); });
   });
 }
 
 void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& out) {
-  scalar::visit(op, [&](auto fn) {
-    using Fn = decltype(fn);
-    dispatch(a.dtype, [&](auto t) {
-      using T = decltype(t);
-      if constexpr (Fn::domain::template accepts<T>) {
-        map2<decltype(fn(T{}, T{})), T>(a, b, out, fn);
-      } else {
-        fail("binary", "dtype ", a.dtype, " is outside this op's domain");
-      }
-    });
+  scalar::visit_typed(op, a.dtype, "binary", [&](auto fn, auto t) {
+    using T = decltype(t);
+    map2<decltype(fn(T{}, T{})), T>(a, b, out, fn);
   });
 }
 

@@ -121,34 +121,21 @@ void CudaBackend::arange(const View& dst, double start, double step) {
   check_launch("arange kernel");
 }
 
-// One kernel per op of elementwise_ops.def (scalar::visit), per input dtype of its domain.
+// One kernel per op of elementwise_ops.def and input dtype of its domain (scalar::visit_typed).
 void CudaBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
   cudaStream_t s = enter(device);
-  scalar::visit(op, [&](auto fn) {
-    using Fn = decltype(fn);
-    dispatch(x.dtype, [&](auto t) {
-      using T = decltype(t);
-      if constexpr (Fn::domain::template accepts<T>) {
-        map1<decltype(fn(T{}, T{})), T>(s, x, out, BoundUnary<Fn, T>{fn, static_cast<T>(param)});
-      } else {
-        fail("unary", "dtype ", x.dtype, " is outside this op's domain");
-      }
-    });
+  scalar::visit_typed(op, x.dtype, "unary", [&](auto fn, auto t) {
+    using T = decltype(t);
+    map1<decltype(fn(T{}, T{})), T>(s, x, out,
+                                    BoundUnary<decltype(fn), T>{fn, static_cast<T>(param)});
   });
 }
 
 void CudaBackend::binary(BinaryOp op, const View& a, const View& b, const View& out) {
   cudaStream_t s = enter(device);
-  scalar::visit(op, [&](auto fn) {
-    using Fn = decltype(fn);
-    dispatch(a.dtype, [&](auto t) {
-      using T = decltype(t);
-      if constexpr (Fn::domain::template accepts<T>) {
-        map2<decltype(fn(T{}, T{})), T>(s, a, b, out, fn);
-      } else {
-        fail("binary", "dtype ", a.dtype, " is outside this op's domain");
-      }
-    });
+  scalar::visit_typed(op, a.dtype, "binary", [&](auto fn, auto t) {
+    using T = decltype(t);
+    map2<decltype(fn(T{}, T{})), T>(s, a, b, out, fn);
   });
 }
 
