@@ -1,9 +1,16 @@
 // How a reduction splits x's dims: those kept (sizes, x strides, out strides) and those
 // reduced (out has size 1 there, x does not). Shared by the CPU and CUDA reduce kernels.
 #pragma once
+#include <type_traits>
+
 #include "backends/backend.h"
 
 namespace tg {
+
+// The type a reduction over T accumulates in: float for float32 and the 16-bit floats, double
+// for float64 and for int64 and bool (exact counts up to 2^53).
+template <class T>
+using reduce_acc_t = std::conditional_t<std::is_same_v<compute_t<T>, float>, float, double>;
 
 struct ReduceDims {
   Shape kept_sizes, kept_xst, kept_ost;

@@ -7,7 +7,7 @@
 #include "backends/backend.h"
 #include "backends/dispatch.h"
 #include "core/error.h"
-#include "core/philox.h"  // TG_HD
+#include "core/host_device.h"
 
 namespace tg::scalar {
 
@@ -115,7 +115,7 @@ TG_HD inline bool is_finite(T x) {
 // The input types an op's kernels instantiate (its domain in the list).
 namespace domain {
 template <class T>
-constexpr bool is_float = std::is_same_v<T, float> || std::is_same_v<T, double>;
+constexpr bool is_float = std::is_same_v<T, float> || std::is_same_v<T, double> || is_half_v<T>;
 struct Float {
   template <class T>
   static constexpr bool accepts = is_float<T>;
@@ -164,6 +164,24 @@ namespace binary_fn {
   };
 #include "backends/elementwise_ops.def"
 }  // namespace binary_fn
+
+// What a kernel stores for op Fn on inputs of type T: bool for the comparisons, logic and
+// isfinite, else T itself.
+template <class Fn, class T>
+using stored_t = std::conditional_t<
+    std::is_same_v<decltype(Fn{}(compute_t<T>{}, compute_t<T>{})), bool>, bool, T>;
+
+// The op on stored values: computed in compute_t<T> (float for the 16-bit types), rounded once
+// into what is stored. p, a unary op's parameter, stays in the compute type.
+template <class Fn, class T>
+TG_HD stored_t<Fn, T> apply_unary(Fn fn, T x, compute_t<T> p) {
+  return static_cast<stored_t<Fn, T>>(fn(static_cast<compute_t<T>>(x), p));
+}
+template <class Fn, class T>
+TG_HD stored_t<Fn, T> apply_binary(Fn fn, T a, T b) {
+  using C = compute_t<T>;
+  return static_cast<stored_t<Fn, T>>(fn(static_cast<C>(a), static_cast<C>(b)));
+}
 
 [[noreturn]] inline void unknown_op() {
   fail("elementwise", "unknown op code (corrupt UnaryOp or BinaryOp)");

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <ostream>
 
+#include "core/half.h"
+
 namespace tg {
 
 // The dtypes of core/dtypes.def.
@@ -38,6 +40,17 @@ constexpr const char* dtype_safetensors_name(DType t) {
   return kDTypeInfo[static_cast<size_t>(t)].safetensors;
 }
 std::ostream& operator<<(std::ostream& os, DType t);
+
+// bfloat16 and float16: stored in 16 bits, computed in float32 (core/half.h).
+constexpr bool is_half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+// The dtype a tensor's arithmetic runs in (compute_t's): float32 for the 16-bit types. Saved
+// statistics (SDPA's logsumexp, RMSNorm's rstd) are kept in it.
+constexpr DType compute_dtype(DType t) { return is_half(t) ? DType::Float32 : t; }
+
+// The dtype of a binary op's result, as PyTorch promotes: bool < int64 < floating; two
+// floating dtypes give the wider, and bfloat16 with float16 gives float32 (neither holds the
+// other).
+DType promote_types(DType a, DType b);
 
 // The C++ type of each dtype, and back.
 template <class T>

@@ -68,7 +68,8 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double param) {
 
 // --- arithmetic
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& self, const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, "add");
   Tensor out = binary_kernel(BinaryOp::Add, a, b, "add");
   record("add", {a, b}, {&out}, [sa = a.sizes(), sb = b.sizes()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(g[0], sa), sum_to(g[0], sb)};
@@ -76,7 +77,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& self, const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, "sub");
   Tensor out = binary_kernel(BinaryOp::Sub, a, b, "sub");
   record("sub", {a, b}, {&out}, [sa = a.sizes(), sb = b.sizes()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(g[0], sa), neg(sum_to(g[0], sb))};
@@ -84,7 +86,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& self, const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, "mul");
   Tensor out = binary_kernel(BinaryOp::Mul, a, b, "mul");
   if (any_requires_grad({a, b})) {
     SavedTensor sa(b.requires_grad() ? a : Tensor()), sb(a.requires_grad() ? b : Tensor());
@@ -100,7 +103,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& self, const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, "div");
   Tensor out = binary_kernel(BinaryOp::Div, a, b, "div");
   if (any_requires_grad({a, b})) {
     SavedTensor sb(b), sy(b.requires_grad() ? out : Tensor());
@@ -120,7 +124,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 namespace {
 // maximum/minimum: the winner gets the gradient; ties split it evenly.
-Tensor extremum(BinaryOp op, BinaryOp wins, const char* name, const Tensor& a, const Tensor& b) {
+Tensor extremum(BinaryOp op, BinaryOp wins, const char* name, const Tensor& self,
+                const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, name);
   Tensor out = binary_kernel(op, a, b, name);
   if (any_requires_grad({a, b})) {
     SavedTensor sa(a), sb(b);
@@ -231,12 +237,9 @@ Tensor gelu(const Tensor& x) {
 
 // max(a, b) + log1p(exp(-|a - b|)); equal arguments (infinite ones included) add log 2. At a
 // tie the gradient is 1/2 to each side, from maximum's rule.
-Tensor logaddexp(const Tensor& a, const Tensor& b) {
-  detail::check_defined(a, "logaddexp", "self");
-  detail::check_defined(b, "logaddexp", "other");
+Tensor logaddexp(const Tensor& self, const Tensor& other) {
+  auto [a, b] = detail::promoted(self, other, "logaddexp");
   detail::check_floating(a, "logaddexp", "self");
-  detail::check_same_device(a, b, "logaddexp", "other");
-  detail::check_same_dtype(a, b, "logaddexp", "other");
   broadcast_shapes(a.sizes(), b.sizes(), "logaddexp");  // its error names this op
   Tensor gap = where(eq(a, b), 0.0, neg(abs(sub(a, b))));
   return add(maximum(a, b), log1p(exp(gap)));
@@ -254,12 +257,19 @@ Tensor log_sigmoid(const Tensor& x) {
 
 // --- comparisons and logic (no gradient)
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ge, a, b, "ge"); }
+namespace {
+Tensor comparison(BinaryOp op, const Tensor& self, const Tensor& other, const char* name) {
+  auto [a, b] = detail::promoted(self, other, name);
+  return binary_kernel(op, a, b, name);
+}
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Ge, a, b, "ge"); }
 Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
 Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
 Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
@@ -288,14 +298,13 @@ Tensor isfinite(const Tensor& x) {
 
 // --- selection
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& input, const Tensor& other) {
   detail::check_defined(cond, "where", "condition");
   detail::check_dtype(cond, kBool, "where", "condition");
-  detail::check_defined(a, "where", "input");
-  detail::check_defined(b, "where", "other");
-  detail::check_same_device(a, cond, "where", "condition");
-  detail::check_same_device(a, b, "where", "other");
-  detail::check_same_dtype(a, b, "where", "other");
+  detail::check_defined(input, "where", "input");
+  detail::check_defined(other, "where", "other");
+  detail::check_same_device(input, cond, "where", "condition");
+  auto [a, b] = detail::promoted(input, other, "where");
   Shape shape =
       broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   Tensor out = Tensor::empty_like_shape(shape, a.dtype(), a.device());

@@ -58,8 +58,8 @@ std::vector<Tensor> rms_norm_backward_composite(const Tensor& grad, const Tensor
   Tensor rs = rstd.unsqueeze(-1);
   Tensor dx = sub(mul(rs, g), mul(mul(x, mul(rs, mul(rs, rs))), mean(mul(g, x), {-1}, true)));
   Tensor dw;
-  if (weight.defined()) dw = sum_to(mul(mul(grad, x), rs), weight.sizes());
-  return {dx, dw};
+  if (weight.defined()) dw = sum_to(mul(mul(grad, x), rs), weight.sizes()).to(weight.dtype());
+  return {dx.to(x.dtype()), dw};  // rstd is float32 for 16-bit x: back to x's dtype
 }
 
 Tensor swiglu_composite(const Tensor& x) {
@@ -112,7 +112,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   Tensor xc = x.detach().contiguous();
   Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   Tensor y = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  Tensor rstd = Tensor::empty_like_shape(rows, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty_like_shape(rows, compute_dtype(x.dtype()), x.device());
   const View none{nullptr, x.dtype(), {d}, {1}};
   if (x.numel() && !detail::backend_of(x).rms_norm_forward(
                        detail::view_of(xc), w.defined() ? detail::view_of(w) : none, eps,

@@ -32,8 +32,16 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const ch
 }
 
 void check_floating(const Tensor& t, const char* op, const char* arg) {
-  TG_CHECK(is_floating(t.dtype()), op, "argument '", arg, "' must be float32 or float64, got ",
+  TG_CHECK(is_floating(t.dtype()), op, "argument '", arg, "' must be a floating dtype, got ",
            t.dtype());
+}
+
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op) {
+  check_defined(a, op, "self");
+  check_defined(b, op, "other");
+  check_same_device(a, b, op, "other");
+  const DType t = promote_types(a.dtype(), b.dtype());
+  return {a.to(t), b.to(t)};
 }
 
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg) {

@@ -1,5 +1,7 @@
 // Helpers the op implementations share: backend views and argument checks.
 #pragma once
+#include <utility>
+
 #include "backends/backend.h"
 #include "backends/scalar_ops.h"
 #include "core/tensor.h"
@@ -20,5 +22,9 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op, const c
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* arg);
 void check_floating(const Tensor& t, const char* op, const char* arg);
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
+
+// a and b, defined and on one device, cast (differentiably) to promote_types of their dtypes:
+// the operands of a binary op, as PyTorch promotes them.
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op);
 
 }  // namespace tg::detail

@@ -105,10 +105,10 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   // The kernel writes every row; with no rows or no keys there is nothing to run.
   if (B * Hq * Sq == 0 || k.size(2) == 0) {
     return {zeros({B, Hq, Sq, v.size(3)}, q.options()),
-            full({B, Hq, Sq, 1}, -INFINITY, q.options())};
+            full({B, Hq, Sq, 1}, -INFINITY, q.options().dtype(compute_dtype(q.dtype())))};
   }
   Tensor out = empty({B, Hq, Sq, v.size(3)}, q.options());
-  Tensor stats = empty({B, Hq, Sq, 1}, q.options());
+  Tensor stats = empty({B, Hq, Sq, 1}, q.options().dtype(compute_dtype(q.dtype())));
   p.out = detail::view_of(out);
   p.stats = detail::view_of(stats);
   detail::backend_of(q).sdpa_forward(p);
@@ -128,7 +128,11 @@ SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const
        {std::tuple{&out, "out", out_shape}, std::tuple{&dout, "dout", out_shape},
         std::tuple{&stats, "stats", stats_shape}}) {
     detail::check_defined(*t, "sdpa_backward", name);
-    detail::check_same_dtype(q, *t, "sdpa_backward", name);
+    if (t == &stats) {
+      detail::check_dtype(stats, compute_dtype(q.dtype()), "sdpa_backward", name);
+    } else {
+      detail::check_same_dtype(q, *t, "sdpa_backward", name);
+    }
     detail::check_same_device(q, *t, "sdpa_backward", name);
     TG_CHECK(t->sizes() == shape, "sdpa_backward", "argument '", name, "' has shape ",
              shape_str(t->sizes()), ", expected ", shape_str(shape));

@@ -26,7 +26,9 @@ struct SdpaOptions {
 
 struct SdpaResult {
   Tensor out;    // (B, Hq, Sq, Dv)
-  Tensor stats;  // (B, Hq, Sq, 1): logsumexp of the masked scores, -inf for fully masked rows
+  // (B, Hq, Sq, 1): logsumexp of the masked scores, -inf for fully masked rows; float32 for
+  // bfloat16/float16 q (compute_dtype), else q's dtype.
+  Tensor stats;
 };
 
 struct SdpaGrads {

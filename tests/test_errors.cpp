@@ -53,8 +53,8 @@ TEST_CASE("shape errors") {
 
 TEST_CASE("dtype errors") {
   Tensor f = ones({2}), d = ones({2}, kFloat64), i = ones({2}, kInt64);
-  check_throws_with_prefix([&] { add(f, d); }, "[add]", "dtype float64, expected float32");
-  check_throws_with_prefix([&] { matmul(i, i); }, "[matmul]", "float32 or float64");
+  check_throws_with_prefix([&] { matmul(f, d); }, "[matmul]", "dtype float64, expected float32");
+  check_throws_with_prefix([&] { matmul(i, i); }, "[matmul]", "must be a floating dtype, got int64");
   check_throws_with_prefix([&] { exp(i); }, "[exp]", "got int64");
   check_throws_with_prefix([&] { where(f, f, f); }, "[where]", "'condition' must be bool");
   check_throws_with_prefix([&] { masked_fill(f, f, 0); }, "[masked_fill]", "must be bool");

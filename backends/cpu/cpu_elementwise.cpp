@@ -94,15 +94,17 @@ void CpuBackend::arange(const View& dst, double start, double step) {
 void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
   scalar::visit_typed(op, x.dtype, "unary", [&](auto fn, auto t) {
     using T = decltype(t);
-    const T p = static_cast<T>(param);
-    map1<decltype(fn(T{}, T{})), T>(x, out, [fn, p](T v) { return fn(v, p); });
+    const auto p = static_cast<compute_t<T>>(param);
+    map1<scalar::stored_t<decltype(fn), T>, T>(
+        x, out, [fn, p](T v) { return scalar::apply_unary(fn, v, p); });
   });
 }
 
 void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& out) {
   scalar::visit_typed(op, a.dtype, "binary", [&](auto fn, auto t) {
     using T = decltype(t);
-    map2<decltype(fn(T{}, T{})), T>(a, b, out, fn);
+    map2<scalar::stored_t<decltype(fn), T>, T>(
+        a, b, out, [fn](T u, T v) { return scalar::apply_binary(fn, u, v); });
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/half_as_float.h"
 #include "core/error.h"
 
 namespace tg::cpu {
@@ -81,6 +82,10 @@ void matmul_typed(const View& a, const View& b, const View& c) {
 }  // namespace
 
 void CpuBackend::matmul(const View& a, const View& b, const View& c) {
+  if (any_half({&a, &b, &c})) {
+    return with_float32(*this, kCPU,
+                        [&](HalfAsFloat& f) { matmul(f.in(a), f.in(b), f.out(c)); });
+  }
   if (c.dtype == kFloat64) {
     matmul_typed<double>(a, b, c);
   } else {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/half_as_float.h"
 #include "backends/fused_math.h"
 
 namespace tg::cpu {
@@ -14,6 +15,11 @@ constexpr int64_t kParallelMin = 32768;  // elements below which threads cost mo
 
 bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
                                   const View& rstd) {
+  if (any_half({&x, &w})) {
+    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
+      return rms_norm_forward(f.in(x), f.in(w), eps, f.out(y), f.out(rstd));
+    });
+  }
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
@@ -41,6 +47,11 @@ bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, cons
 
 bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
                                    const View& dx, const View& dw) {
+  if (any_half({&x, &w})) {
+    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
+      return rms_norm_backward(f.in(dy), f.in(x), f.in(w), f.in(rstd), f.out(dx), f.out(dw));
+    });
+  }
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
@@ -91,6 +102,11 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
 
 bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                       const View& out) {
+  if (any_half({&x, &cos})) {
+    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
+      return rope(f.in(x), f.in(cos), f.in(sin), seq_dim, f.out(out));
+    });
+  }
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t n = static_cast<int64_t>(x.sizes.size());
@@ -117,6 +133,10 @@ bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
 }
 
 bool CpuBackend::swiglu_forward(const View& x, const View& out) {
+  if (any_half({&x})) {
+    return with_float32(*this, kCPU,
+                        [&](HalfAsFloat& f) { return swiglu_forward(f.in(x), f.out(out)); });
+  }
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = out.sizes.back(), rows = f ? out.numel() / f : 0;
@@ -134,6 +154,11 @@ bool CpuBackend::swiglu_forward(const View& x, const View& out) {
 }
 
 bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
+  if (any_half({&x})) {
+    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
+      return swiglu_backward(f.in(dout), f.in(x), f.out(dx));
+    });
+  }
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = dout.sizes.back(), rows = f ? dout.numel() / f : 0;
@@ -156,6 +181,11 @@ bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx
 
 bool CpuBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
                             const AdamWStep& s) {
+  if (any_half({&p, &g, &m, &v})) {
+    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
+      return adamw_step(f.inout(p), f.in(g), f.inout(m), f.inout(v), s);
+    });
+  }
   dispatch_float(p.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t n = p.numel();

@@ -11,7 +11,7 @@ namespace {
 // dst[i] = value(i) for the row-major index i of a contiguous floating dst.
 template <class F>
 void generate(const View& dst, F value) {
-  dispatch_float(dst.dtype, [&](auto t) {
+  dispatch_floating(dst.dtype, [&](auto t) {
     using T = decltype(t);
     T* p = static_cast<T*>(dst.data);
     const int64_t n = dst.numel();
@@ -30,16 +30,17 @@ void CpuBackend::rand_normal(const View& dst, uint64_t seed, uint64_t offset) {
 }
 
 void CpuBackend::dropout(const View& x, const View& out, double p, uint64_t seed, uint64_t offset) {
-  dispatch_float(out.dtype, [&](auto t) {
+  dispatch_floating(out.dtype, [&](auto t) {
     using T = decltype(t);
+    using C = compute_t<T>;
     const T* xp = static_cast<const T*>(x.data);
     T* op = static_cast<T*>(out.data);
     const float pf = static_cast<float>(p);
-    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    const C scale = static_cast<C>(1.0 / (1.0 - p));
     const int64_t n = out.numel();
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t i = 0; i < n; ++i)
-      op[i] = philox_uniform(seed, offset + i) > pf ? xp[i] * scale : T(0);
+      op[i] = philox_uniform(seed, offset + i) > pf ? static_cast<T>(C(xp[i]) * scale) : T(0);
   });
 }
 

@@ -80,20 +80,10 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const View& x, const View& out, const View& arg) {
-  switch (x.dtype) {
-    case DType::Float32:
-      reduce_typed<float, float>(op, x, out, arg);
-      break;
-    case DType::Float64:
-      reduce_typed<double, double>(op, x, out, arg);
-      break;
-    case DType::Int64:
-      reduce_typed<int64_t, double>(op, x, out, arg);
-      break;
-    case DType::Bool:
-      reduce_typed<bool, double>(op, x, out, arg);
-      break;
-  }
+  dispatch(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    reduce_typed<T, reduce_acc_t<T>>(op, x, out, arg);
+  });
 }
 
 }  // namespace tg::cpu

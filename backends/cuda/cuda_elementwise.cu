@@ -55,12 +55,17 @@ template <class To, class Ti>
 struct Cast {
   __device__ To operator()(Ti v) const { return static_cast<To>(v); }
 };
-// An op of elementwise_ops.def with its parameter bound: x -> fn(x, p).
+// An op of elementwise_ops.def with its parameter bound: x -> fn(x, p), in compute_t<T>.
 template <class Fn, class T>
 struct BoundUnary {
   Fn fn;
-  T p;
-  __device__ auto operator()(T x) const { return fn(x, p); }
+  compute_t<T> p;
+  __device__ auto operator()(T x) const { return scalar::apply_unary(fn, x, p); }
+};
+template <class Fn, class T>
+struct StoredBinary {
+  Fn fn;
+  __device__ auto operator()(T a, T b) const { return scalar::apply_binary(fn, a, b); }
 };
 
 template <class To, class Ti, class F>
@@ -126,8 +131,8 @@ void CudaBackend::unary(UnaryOp op, const View& x, const View& out, double param
   cudaStream_t s = enter(device);
   scalar::visit_typed(op, x.dtype, "unary", [&](auto fn, auto t) {
     using T = decltype(t);
-    map1<decltype(fn(T{}, T{})), T>(s, x, out,
-                                    BoundUnary<decltype(fn), T>{fn, static_cast<T>(param)});
+    map1<scalar::stored_t<decltype(fn), T>, T>(
+        s, x, out, BoundUnary<decltype(fn), T>{fn, static_cast<compute_t<T>>(param)});
   });
 }
 
@@ -135,7 +140,7 @@ void CudaBackend::binary(BinaryOp op, const View& a, const View& b, const View& 
   cudaStream_t s = enter(device);
   scalar::visit_typed(op, a.dtype, "binary", [&](auto fn, auto t) {
     using T = decltype(t);
-    map2<decltype(fn(T{}, T{})), T>(s, a, b, out, fn);
+    map2<scalar::stored_t<decltype(fn), T>, T>(s, a, b, out, StoredBinary<decltype(fn), T>{fn});
   });
 }
 

@@ -6,21 +6,31 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/dispatch.h"
 
 namespace tg::cuda {
 namespace {
 
-// One strided-batched GEMM in T (float or double) through cuBLAS.
+// One strided-batched GEMM in T through cuBLAS. bfloat16 and float16 accumulate in float32
+// (cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F) and round C once.
 template <class T>
 void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                   const T* a, int lda, int64_t sa, const T* b, int ldb, int64_t sb, T* c, int ldc,
                   int64_t sc, int batch) {
-  const T one = 1, zero = 0;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (is_half_v<T>) {
+    const float one = 1, zero = 0;
+    const cudaDataType_t t = std::is_same_v<T, bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
+    check_cublas(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, t, lda, sa, b, t, ldb, sb,
+                                            &zero, c, t, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx");
+  } else if constexpr (std::is_same_v<T, float>) {
+    const float one = 1, zero = 0;
     check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
                                            c, ldc, sc, batch),
                  "cublasSgemmStridedBatched");
   } else {
+    const double one = 1, zero = 0;
     check_cublas(cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
                                            c, ldc, sc, batch),
                  "cublasDgemmStridedBatched");
@@ -81,11 +91,7 @@ void matmul_typed(int device, const View& a, const View& b, const View& c) {
 }  // namespace
 
 void CudaBackend::matmul(const View& a, const View& b, const View& c) {
-  if (c.dtype == kFloat64) {
-    matmul_typed<double>(device, a, b, c);
-  } else {
-    matmul_typed<float>(device, a, b, c);
-  }
+  dispatch_floating(c.dtype, [&](auto t) { matmul_typed<decltype(t)>(device, a, b, c); });
 }
 
 }  // namespace tg::cuda

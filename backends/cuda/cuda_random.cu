@@ -29,7 +29,7 @@ void generate(int device, const View& dst, F value, const char* what) {
   cudaStream_t s = enter(device);
   const int64_t n = dst.numel();
   if (!n) return;
-  dispatch_float(dst.dtype, [&](auto t) {
+  dispatch_floating(dst.dtype, [&](auto t) {
     using T = decltype(t);
     generate_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dst.data), value, n);
   });
@@ -37,9 +37,12 @@ void generate(int device, const View& dst, F value, const char* what) {
 }
 
 template <class T>
-__global__ void dropout_kernel(const T* x, T* out, float p, T scale, uint64_t seed, uint64_t offset,
-                               int64_t n) {
-  TG_GRID_STRIDE(i, n) { out[i] = philox_uniform(seed, offset + i) > p ? x[i] * scale : T(0); }
+__global__ void dropout_kernel(const T* x, T* out, float p, compute_t<T> scale, uint64_t seed,
+                               uint64_t offset, int64_t n) {
+  TG_GRID_STRIDE(i, n) {
+    out[i] = philox_uniform(seed, offset + i) > p ? static_cast<T>(compute_t<T>(x[i]) * scale)
+                                                  : T(0);
+  }
 }
 
 }  // namespace
@@ -57,11 +60,11 @@ void CudaBackend::dropout(const View& x, const View& out, double p, uint64_t see
   cudaStream_t s = enter(device);
   const int64_t n = out.numel();
   if (!n) return;
-  dispatch_float(out.dtype, [&](auto t) {
+  dispatch_floating(out.dtype, [&](auto t) {
     using T = decltype(t);
     dropout_kernel<<<grid_for(n), kThreads, 0, s>>>(
         static_cast<const T*>(x.data), static_cast<T*>(out.data), static_cast<float>(p),
-        static_cast<T>(1.0 / (1.0 - p)), seed, offset, n);
+        static_cast<compute_t<T>>(1.0 / (1.0 - p)), seed, offset, n);
   });
   check_launch("dropout kernel");
 }

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/dispatch.h"
 #include "backends/reduce_dims.h"
 
 namespace tg::cuda {
@@ -160,20 +161,10 @@ void reduce_typed(int device, cudaStream_t s, ReduceOp op, const View& x, const 
 
 void CudaBackend::reduce(ReduceOp op, const View& x, const View& out, const View& arg) {
   cudaStream_t s = enter(device);
-  switch (x.dtype) {
-    case DType::Float32:
-      reduce_typed<float, float>(device, s, op, x, out, arg);
-      break;
-    case DType::Float64:
-      reduce_typed<double, double>(device, s, op, x, out, arg);
-      break;
-    case DType::Int64:
-      reduce_typed<int64_t, double>(device, s, op, x, out, arg);
-      break;
-    case DType::Bool:
-      reduce_typed<bool, double>(device, s, op, x, out, arg);
-      break;
-  }
+  dispatch(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    reduce_typed<T, reduce_acc_t<T>>(device, s, op, x, out, arg);
+  });
 }
 
 }  // namespace tg::cuda
