@@ -43,7 +43,7 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 }
 
 Tensor rand(const Shape& sizes, Generator& gen, TensorOptions opts) {
-  TG_CHECK(is_floating(opts.dtype()), "rand", "dtype must be float32 or float64, got ",
+  TG_CHECK(is_floating(opts.dtype()), "rand", "dtype must be floating, got ",
            opts.dtype());
   Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
   uint64_t off = gen.take(static_cast<uint64_t>(t.numel()));
@@ -52,7 +52,7 @@ Tensor rand(const Shape& sizes, Generator& gen, TensorOptions opts) {
 }
 
 Tensor randn(const Shape& sizes, Generator& gen, TensorOptions opts) {
-  TG_CHECK(is_floating(opts.dtype()), "randn", "dtype must be float32 or float64, got ",
+  TG_CHECK(is_floating(opts.dtype()), "randn", "dtype must be floating, got ",
            opts.dtype());
   Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
   uint64_t off = gen.take(2 * static_cast<uint64_t>(t.numel()));

@@ -1,0 +1,231 @@
+// bfloat16 and float16: the conversions bit for bit (every 16-bit value, every rounding
+// boundary between two of them, overflow, NaN), type promotion, factories, printing, to() and
+// its gradient, and the float32 accumulation of reductions and matmul.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace tg;
+
+namespace {
+
+template <class H>
+float bits_to_float(uint16_t b) {
+  return static_cast<float>(H::from_bits(b));
+}
+
+float next_up(float x) { return std::nextafter(x, std::numeric_limits<float>::infinity()); }
+float next_down(float x) { return std::nextafter(x, -std::numeric_limits<float>::infinity()); }
+
+// The rounding rule written out plainly: of the two finite positive 16-bit neighbours of |x|
+// (given by their bits, consecutive), the nearer; the even one on a tie.
+uint16_t nearest_of(double ax, uint16_t lo_bits, double lo, uint16_t hi_bits, double hi) {
+  if (ax - lo < hi - ax) return lo_bits;
+  if (hi - ax < ax - lo) return hi_bits;
+  return (lo_bits & 1) ? hi_bits : lo_bits;
+}
+
+// For every pair of consecutive positive finite values a < b of H (subnormals included): their
+// midpoint (exact in float) rounds to the even one, and one float step either side of it rounds
+// to the nearer one. The largest finite value's upper midpoint rounds to infinity.
+template <class H>
+void check_rounding_boundaries(uint16_t max_finite_bits) {
+  for (uint16_t b = 0; b < max_finite_bits; ++b) {
+    const float a = bits_to_float<H>(b), c = bits_to_float<H>(static_cast<uint16_t>(b + 1));
+    const float mid = static_cast<float>((static_cast<double>(a) + c) / 2);
+    REQUIRE(static_cast<double>(mid) == (static_cast<double>(a) + c) / 2);  // exact in float
+    const uint16_t even = (b & 1) ? static_cast<uint16_t>(b + 1) : b;
+    INFO("between bits " << b << " and " << b + 1);
+    CHECK(H(mid).bits == even);
+    CHECK(H(next_down(mid)).bits == b);
+    CHECK(H(next_up(mid)).bits == b + 1);
+    CHECK(H(-mid).bits == (even | 0x8000));
+    CHECK(H(a).bits == b);  // exact values stay
+  }
+  const float top = bits_to_float<H>(max_finite_bits);
+  const float step = top - bits_to_float<H>(static_cast<uint16_t>(max_finite_bits - 1));
+  const float up_mid = top + step / 2;  // ties to the even one: infinity (0x..00)
+  CHECK(H(next_down(up_mid)).bits == max_finite_bits);
+  CHECK(std::isinf(static_cast<float>(H(up_mid))));
+  CHECK(std::isinf(static_cast<float>(H(std::numeric_limits<float>::max()))));
+}
+
+// Random floats of every magnitude against the rule applied to the sorted table of H's values.
+template <class H>
+void check_random_floats(uint16_t max_finite_bits) {
+  std::vector<double> table;
+  for (uint32_t b = 0; b <= max_finite_bits; ++b)
+    table.push_back(bits_to_float<H>(static_cast<uint16_t>(b)));
+  const double top = table.back(), inf_from = top + (top - table[table.size() - 2]) / 2;
+  std::mt19937 rng(7);
+  for (int n = 0; n < 200000; ++n) {
+    uint32_t u = rng();
+    float x;
+    std::memcpy(&x, &u, 4);
+    if (std::isnan(x)) continue;
+    const double ax = std::fabs(static_cast<double>(x));
+    uint16_t want;
+    if (ax >= inf_from) {
+      want = static_cast<uint16_t>(H(std::numeric_limits<float>::infinity()).bits);
+    } else if (ax >= top) {
+      want = max_finite_bits;
+    } else {
+      const auto it = std::lower_bound(table.begin(), table.end(), ax);
+      const auto hi = static_cast<uint16_t>(it - table.begin());
+      want = *it == ax || hi == 0
+                 ? hi
+                 : nearest_of(ax, static_cast<uint16_t>(hi - 1), table[hi - 1], hi, *it);
+    }
+    if (std::signbit(x)) want |= 0x8000;
+    INFO("x = " << x << " (bits " << u << ")");
+    CHECK(H(x).bits == want);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every bfloat16 and float16 value converts to float and back unchanged") {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<uint16_t>(b);
+    const float fb = bits_to_float<bfloat16>(bits), fh = bits_to_float<float16>(bits);
+    if (std::isnan(fb)) {
+      CHECK(std::isnan(static_cast<float>(bfloat16(fb))));
+    } else {
+      CHECK(bfloat16(fb).bits == bits);
+    }
+    if (std::isnan(fh)) {
+      CHECK(std::isnan(static_cast<float>(float16(fh))));
+    } else {
+      CHECK(float16(fh).bits == bits);
+    }
+  }
+  // A few values spelled out: bfloat16 is float's upper half; float16 as IEEE binary16.
+  CHECK(bfloat16(1.0f).bits == 0x3f80);
+  CHECK(bfloat16(-2.0f).bits == 0xc000);
+  CHECK(float16(1.0f).bits == 0x3c00);
+  CHECK(float16(65504.0f).bits == 0x7bff);
+  CHECK(float16(0x1p-24f).bits == 0x0001);  // the smallest subnormal
+  CHECK(float16(-0.0f).bits == 0x8000);
+  CHECK(static_cast<float>(float16::from_bits(0x7c00)) == INFINITY);
+  CHECK(static_cast<float>(bfloat16::from_bits(0xff80)) == -INFINITY);
+}
+
+TEST_CASE("float to bfloat16 and float16 rounds to nearest, ties to even, at every boundary") {
+  check_rounding_boundaries<bfloat16>(0x7f7f);
+  check_rounding_boundaries<float16>(0x7bff);
+  check_random_floats<bfloat16>(0x7f7f);
+  check_random_floats<float16>(0x7bff);
+  // float16 overflows to infinity from 65520 (the midpoint above 65504) up.
+  CHECK(float16(65519.99f).bits == 0x7bff);
+  CHECK(float16(65520.0f).bits == 0x7c00);
+  CHECK(float16(-1e10f).bits == 0xfc00);
+  CHECK(float16(0x1p-25f).bits == 0x0000);         // half the smallest subnormal: tie to 0
+  CHECK(float16(next_up(0x1p-25f)).bits == 0x0001);
+  CHECK(std::isnan(static_cast<float>(float16(NAN))));
+  CHECK(std::isnan(static_cast<float>(bfloat16(-NAN))));
+  CHECK(bfloat16(INFINITY).bits == 0x7f80);
+}
+
+TEST_CASE("double and integers round once, not through float") {
+  // 1 + 2^-8 + 2^-40: through float it would be the tie 1 + 2^-8 and go to even (1.0).
+  CHECK(bfloat16(1.0 + 0x1p-8 + 0x1p-40).bits == 0x3f81);
+  CHECK(bfloat16(-(1.0 + 0x1p-8 + 0x1p-40)).bits == 0xbf81);
+  CHECK(float16(1.0 + 0x1p-11 + 0x1p-40).bits == 0x3c01);
+  CHECK(bfloat16(1.0 + 0x1p-8).bits == 0x3f80);  // a true tie still goes to even
+  CHECK(float16(1e300).bits == 0x7c00);
+  CHECK(bfloat16(1e300).bits == 0x7f80);
+  CHECK(bfloat16(1e-300).bits == 0x0000);
+  CHECK(std::isnan(static_cast<float>(float16(std::nan("")))));
+  CHECK(float16(int64_t{2049}).bits == 0x6800);  // 2049 is a tie between 2048 and 2050
+  CHECK(float16(int64_t{2051}).bits == 0x6802);  // and 2051 one between 2050 and 2052
+  CHECK(static_cast<double>(bfloat16(float16(3.0f))) == 3.0);
+}
+
+TEST_CASE("bfloat16 and float16 tensors: names, factories, printing, item, from_vector") {
+  CHECK(dtype_size(kBFloat16) == 2);
+  CHECK(dtype_size(kFloat16) == 2);
+  CHECK(is_floating(kBFloat16));
+  CHECK(std::string(dtype_name(kFloat16)) == "float16");
+  Tensor t = full({2, 3}, 1.0 / 3.0, kBFloat16);
+  CHECK(t.dtype() == kBFloat16);
+  CHECK(t.to_vector<bfloat16>()[5].bits == bfloat16(1.0 / 3.0).bits);
+  CHECK(sum(t.to(kFloat64)).item<double>() == 6 * static_cast<double>(bfloat16(1.0 / 3.0)));
+  std::ostringstream os;
+  os << ones({2}, kFloat16);
+  CHECK(os.str().find("dtype=float16") != std::string::npos);
+  CHECK(os.str().find("[1, 1]") != std::string::npos);
+  Tensor a = arange(0, 300, 1, kBFloat16);  // 257 is not a bfloat16: it rounds to 256 (even)
+  CHECK(a.to(kFloat64).to_vector<double>()[257] == 256.0);
+  Tensor v = from_vector(std::vector<float16>{float16(1.5f), float16(-2.0f)}, {2});
+  CHECK(v.dtype() == kFloat16);
+  CHECK(v.to(kFloat32).to_vector<float>() == std::vector<float>{1.5f, -2.0f});
+  // rand and randn round the draws of the same stream once (from float and double).
+  Generator g1{5, 0}, g2{5, 0}, g3{6, 0}, g4{6, 0};
+  Tensor r16 = rand({1000}, g1, kFloat16), r32 = rand({1000}, g2, kFloat32);
+  CHECK(r16.to(kFloat64).to_vector<double>() == r32.to(kFloat16).to(kFloat64).to_vector<double>());
+  Tensor n16 = randn({1000}, g3, kBFloat16), n64 = randn({1000}, g4, kFloat64);
+  CHECK(n16.to(kFloat64).to_vector<double>() == n64.to(kBFloat16).to(kFloat64).to_vector<double>());
+}
+
+TEST_CASE("type promotion as PyTorch's: float32 wins over 16 bits, bf16 with f16 is float32") {
+  CHECK(promote_types(kBFloat16, kFloat32) == kFloat32);
+  CHECK(promote_types(kFloat16, kBFloat16) == kFloat32);
+  CHECK(promote_types(kFloat16, kFloat64) == kFloat64);
+  CHECK(promote_types(kInt64, kBFloat16) == kBFloat16);
+  CHECK(promote_types(kBool, kFloat16) == kFloat16);
+  CHECK(promote_types(kBool, kInt64) == kInt64);
+  for (DType a : kAllDTypes)
+    for (DType b : kAllDTypes) CHECK(promote_types(a, b) == promote_types(b, a));
+  Tensor h = full({3}, 1.5, kBFloat16), f = full({3}, 0.25, kFloat32);
+  Tensor s = add(h, f);
+  CHECK(s.dtype() == kFloat32);
+  CHECK(s.to_vector<float>() == std::vector<float>{1.75f, 1.75f, 1.75f});
+  CHECK(mul(h, full({3}, 2.0, kFloat16)).dtype() == kFloat32);
+  CHECK(mul(h, 2.5).dtype() == kBFloat16);  // a C++ scalar does not promote
+  CHECK(gt(h, f).dtype() == kBool);
+  CHECK(where(gt(h, 1.0), h, f).dtype() == kFloat32);
+  CHECK(add(ones({2}, kInt64), ones({2}, kFloat16)).dtype() == kFloat16);
+  // The gradient reaches each input in its own dtype.
+  Tensor a = full({3}, 1.5, kBFloat16).requires_grad_(), b = full({3}, 2.0).requires_grad_();
+  sum(mul(a, b)).backward();
+  CHECK(a.grad().dtype() == kBFloat16);
+  CHECK(b.grad().dtype() == kFloat32);
+  CHECK(a.grad().to(kFloat32).to_vector<float>() == std::vector<float>{2, 2, 2});
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{1.5f, 1.5f, 1.5f});
+}
+
+TEST_CASE("to(dtype) is differentiable: the gradient is cast back") {
+  Tensor x = tgtest::rnd({4}, 3).to(kFloat32).requires_grad_();
+  Tensor y = x.to(kFloat16);
+  CHECK(y.dtype() == kFloat16);
+  sum(mul(y, y)).backward();
+  CHECK(x.grad().dtype() == kFloat32);
+  // d/dx y^2 = 2y, computed in float16 (one rounding of 2y: exact) and cast back.
+  CHECK(x.grad().to_vector<float>() == mul(y, 2.0).to(kFloat32).to_vector<float>());
+}
+
+TEST_CASE("reductions, softmax and matmul accumulate 16-bit inputs in float32, rounded once") {
+  for (DType h : {kBFloat16, kFloat16}) {
+    CAPTURE(h);
+    // 0.01 added 4096 times: a 16-bit accumulator would stall far below 40.96.
+    Tensor x = full({4096}, 0.01, h);
+    const double one = static_cast<double>(x.to(kFloat64).to_vector<double>()[0]);
+    CHECK(std::abs(sum(x).to(kFloat64).item<double>() - 4096 * one) <= 4096 * one / 128);
+    // And exactly the float32 result of the same values, rounded once.
+    Tensor r = tgtest::rnd({64, 300}, 11).to(h);
+    Tensor r32 = r.to(kFloat32);
+    auto same = [](const Tensor& a, const Tensor& b) {
+      return a.to(kFloat64).to_vector<double>() == b.to(kFloat64).to_vector<double>();
+    };
+    CHECK(same(sum(r, {1}), sum(r32, {1}).to(h)));
+    CHECK(same(mean(r, {0}), mean(r32, {0}).to(h)));
+    CHECK(same(softmax(r, -1), softmax(r32, -1).to(h)));
+    Tensor w = tgtest::rnd({300, 40}, 12).to(h);
+    CHECK(same(matmul(r, w), matmul(r32, w.to(kFloat32)).to(h)));
+  }
+}
