@@ -241,8 +241,11 @@ Tensor logaddexp(const Tensor& self, const Tensor& other) {
   auto [a, b] = detail::promoted(self, other, "logaddexp");
   detail::check_floating(a, "logaddexp", "self");
   broadcast_shapes(a.sizes(), b.sizes(), "logaddexp");  // its error names this op
-  Tensor gap = where(eq(a, b), 0.0, neg(abs(sub(a, b))));
-  return add(maximum(a, b), log1p(exp(gap)));
+  return detail::in_compute_dtype(a, [&, b = b](const Tensor& x) {
+    Tensor y = b.to(x.dtype());
+    Tensor gap = where(eq(x, y), 0.0, neg(abs(sub(x, y))));
+    return add(maximum(x, y), log1p(exp(gap)));
+  });
 }
 Tensor softplus(const Tensor& x) {
   detail::check_defined(x, "softplus", "self");

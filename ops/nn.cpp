@@ -226,20 +226,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   Tensor classes_iota =
       arange(static_cast<double>(classes), TensorOptions(kInt64).device(logits.device()));
   Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
-  Tensor nll = neg(sum(where(pick, log_softmax(logits, -1), 0.0), {-1}));
-  Tensor losses = where(valid, nll, 0.0);
-  switch (opts.reduction) {
-    case Reduction::None:
-      return losses;
-    case Reduction::Sum:
-      return sum(losses);
-    case Reduction::Mean: {
-      // The count stays on the device (no host sync on a GPU); 0 / 1 when all are ignored.
-      Tensor count = maximum(sum(valid).to(logits.dtype()), ones({}, logits.options()));
-      return div(sum(losses), count);
+  return detail::in_compute_dtype(logits, [&](const Tensor& x) {
+    Tensor nll = neg(sum(where(pick, log_softmax(x, -1), 0.0), {-1}));
+    Tensor losses = where(valid, nll, 0.0);
+    switch (opts.reduction) {
+      case Reduction::None:
+        return losses;
+      case Reduction::Sum:
+        return sum(losses);
+      case Reduction::Mean: {
+        // The count stays on the device (no host sync on a GPU); 0 / 1 when all are ignored.
+        Tensor count = maximum(sum(valid).to(x.dtype()), ones({}, x.options()));
+        return div(sum(losses), count);
+      }
     }
-  }
-  return losses;
+    return losses;
+  });
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {

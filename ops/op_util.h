@@ -27,4 +27,13 @@ void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
 // the operands of a binary op, as PyTorch promotes them.
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op);
 
+// f(x) for a composite op: for 16-bit x it runs on x in float32 and its result is rounded back
+// to x's dtype once, so that none of its intermediates round to 16 bits (the casts are on the
+// tape, so the gradient takes the same way back).
+template <class F>
+Tensor in_compute_dtype(const Tensor& x, F&& f) {
+  if (!is_half(x.dtype())) return f(x);
+  return f(x.to(compute_dtype(x.dtype()))).to(x.dtype());
+}
+
 }  // namespace tg::detail

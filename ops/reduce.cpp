@@ -107,7 +107,8 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   detail::check_floating(x, "mean", "self");
   auto red = reduced_mask(x, dims, "mean");
   int64_t n = x.numel() / std::max<int64_t>(1, numel_of(keep_shape(x, red)));
-  return div(sum(x, dims, keepdim), static_cast<double>(n));
+  return detail::in_compute_dtype(
+      x, [&](const Tensor& xc) { return div(sum(xc, dims, keepdim), static_cast<double>(n)); });
 }
 
 Tensor max(const Tensor& x, const Dims& dims, bool keepdim) {
@@ -128,9 +129,11 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   detail::check_defined(x, "logsumexp", "self");
   detail::check_floating(x, "logsumexp", "self");
-  Tensor m = max(x.detach(), dims, true);
-  m = where(isfinite(m), m, 0.0);
-  Tensor out = add(log(sum(exp(sub(x, m)), dims, true)), m);
+  Tensor out = detail::in_compute_dtype(x, [&](const Tensor& xc) {
+    Tensor m = max(xc.detach(), dims, true);
+    m = where(isfinite(m), m, 0.0);
+    return add(log(sum(exp(sub(xc, m)), dims, true)), m);
+  });
   if (keepdim) return out;
   auto red = reduced_mask(x, dims, "logsumexp");
   return out.reshape(drop_shape(x, red));
@@ -142,9 +145,11 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
   auto red = reduced_mask(x, dims, "var");
   int64_t n = x.numel() / std::max<int64_t>(1, numel_of(keep_shape(x, red)));
   TG_CHECK(correction >= 0, "var", "correction must be >= 0, got ", correction);
-  Tensor d = sub(x, mean(x, dims, true));
   double denom = static_cast<double>(std::max<int64_t>(0, n - correction));
-  return div(sum(mul(d, d), dims, keepdim), denom);
+  return detail::in_compute_dtype(x, [&](const Tensor& xc) {
+    Tensor d = sub(xc, mean(xc, dims, true));
+    return div(sum(mul(d, d), dims, keepdim), denom);
+  });
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {

@@ -18,7 +18,7 @@ namespace tg {
 namespace {
 
 // cos and sin (S, D/2) of the angles (t + offset) * theta^(-2i/D), computed in double and
-// cast to x's dtype; sin is negated for the inverse rotation.
+// cast to x's compute dtype (float32 for 16-bit x); sin is negated for the inverse rotation.
 void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
                     Tensor& sin_t) {
   const int64_t s_len = x.size(seq), half = x.sizes().back() / 2;
@@ -31,7 +31,7 @@ void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& 
       s[t * half + i] = o.inverse ? -std::sin(angle) : std::sin(angle);
     }
   }
-  const TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
+  const TensorOptions opts = TensorOptions(compute_dtype(x.dtype())).device(x.device());
   cos_t = from_vector(c, {s_len, half}, opts);
   sin_t = from_vector(s, {s_len, half}, opts);
 }
@@ -71,7 +71,8 @@ Tensor rope_composite(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t,
   Tensor xp = x.reshape(pairs);
   Tensor even = xp.narrow(-1, 0, 1).squeeze(-1), odd = xp.narrow(-1, 1, 1).squeeze(-1);
   return stack({sub(mul(even, c), mul(odd, s)), add(mul(even, s), mul(odd, c))}, -1)
-      .reshape(x.sizes());
+      .reshape(x.sizes())
+      .to(x.dtype());  // float32 tables for 16-bit x: back to x's dtype
 }
 
 }  // namespace

@@ -11,6 +11,12 @@ namespace tg {
 SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                           const SdpaOptions& opts) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
+    SdpaOptions o = opts;
+    if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
+    SdpaResult r = sdpa_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o);
+    return {r.out.to(q.dtype()), r.stats};
+  }
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
   const TensorOptions idx = TensorOptions(kInt64).device(q.device());

@@ -134,6 +134,42 @@ TEST_CASE("op table: values against the float64 reference, in float64 and float3
   }
 }
 
+// Each row in bfloat16 and float16 against the float32 op on the same (rounded) values. Every
+// op computes 16-bit inputs in float32 and rounds its result once, so each element is the
+// float32 result to within the unit roundoff u (2^-8 for bfloat16, 2^-11 for float16) relative
+// to it, or 2^-25 absolute below float16's normal range (half its subnormal step). Results that
+// are not floating (comparisons, indices) must be equal.
+TEST_CASE("op table: bfloat16 and float16 against float32 on the same values") {
+  for (const OpInfo& op : op_table()) {
+    for (Layout layout : {Layout::Plain, Layout::Strided}) {
+      for (DType h : {kBFloat16, kFloat16}) {
+        CAPTURE(op.label());
+        CAPTURE(h);
+        CAPTURE(static_cast<int>(layout));
+        Inputs in16 = make_inputs(op, layout, kFloat32, false), in32;
+        for (Tensor& t : in16) {
+          if (is_floating(t.dtype())) t = t.to(h);
+          in32.push_back(is_floating(t.dtype()) ? t.to(kFloat32) : t);
+        }
+        const Tensor got = call_for(op, layout)(in16), want = call_for(op, layout)(in32);
+        REQUIRE(got.sizes() == want.sizes());
+        const std::vector<double> g = values(got), w = values(want);
+        if (!is_floating(want.dtype())) {
+          CHECK(got.dtype() == want.dtype());
+          CHECK(g == w);
+          continue;
+        }
+        CHECK(got.dtype() == h);
+        const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
+        for (size_t e = 0; e < w.size(); ++e) {
+          INFO("element " << e << ": got " << g[e] << ", want " << w[e]);
+          CHECK(std::abs(g[e] - w[e]) <= u * std::abs(w[e]) + 0x1p-25);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("op table: float64 gradcheck, plain, strided and broadcast") {
   for (const OpInfo& op : op_table()) {
     if (!op.differentiable) continue;
