@@ -32,8 +32,9 @@ inline SdpaParams sdpa_backward_as_float(HalfAsFloat& f, const SdpaParams& p) {
   w.out = f.in(p.out);
   return w;
 }
+// The score gradient is read too: the kernel leaves the tiles it skips as they were (zero).
 inline SdpaGradViews sdpa_grads_as_float(HalfAsFloat& f, const SdpaGradViews& g) {
-  return {f.out(g.dq), f.out(g.dk), f.out(g.dv), f.out(g.dscores)};
+  return {f.out(g.dq), f.out(g.dk), f.out(g.dv), f.inout(g.dscores)};
 }
 
 }  // namespace tg

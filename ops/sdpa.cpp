@@ -152,12 +152,14 @@ SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const
   SdpaGradViews views{detail::view_of(g.dq), detail::view_of(g.dk), detail::view_of(g.dv), {}};
   Tensor dscores;
   if (want_dmask) {
-    // Tiles the kernel skips stay zero.
-    dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
+    // Tiles the kernel skips stay zero. float32 for 16-bit q: summed over the mask's
+    // broadcast dims before its one rounding.
+    dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)},
+                    q.options().dtype(compute_dtype(q.dtype())));
     views.dscores = detail::view_of(dscores);
   }
   if (run) detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
-  if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes());
+  if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes()).to(q.dtype());
   return g;
 }
 

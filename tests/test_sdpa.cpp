@@ -30,6 +30,13 @@ double rel_error(const Tensor& got, const Tensor& want) {
   return scale > 0 ? err / scale : err;
 }
 
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to(kFloat64).to_vector<double>())
+    if (std::isfinite(v)) m = std::max(m, std::abs(v));
+  return m;
+}
+
 struct Config {
   int64_t B, Hq, Hk, Sq, Skv, D, Dv;
   SdpaOptions opts;
@@ -158,6 +165,54 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
     auto [out32, stats32] = sdpa_forward(q32, k32, v32, o32);
     SdpaGrads g32 = sdpa_backward(q32, k32, v32, out32, in.dout.to(kFloat32), stats32, o32);
     check_against_reference(out32, stats32, g32, ref, rg, 1e-4);
+
+    // bfloat16 and float16 kernels against the float64 reference on the same rounded inputs.
+    for (DType h : {kBFloat16, kFloat16}) {
+      CAPTURE(h);
+      SdpaOptions oh = o;
+      if (c.mask_kind == 1) oh.mask = in.mask.to(h);
+      Tensor qh = in.q.to(h), kh = in.k.to(h), vh = in.v.to(h), douth = in.dout.to(h);
+      auto [outh, statsh] = sdpa_forward(qh, kh, vh, oh);
+      SdpaGrads gh = sdpa_backward(qh, kh, vh, outh, douth, statsh, oh);
+      CHECK(outh.dtype() == h);
+      CHECK(statsh.dtype() == kFloat32);
+      CHECK(gh.dq.dtype() == h);
+      Tensor hq = qh.to(kFloat64).requires_grad_(), hk = kh.to(kFloat64).requires_grad_();
+      Tensor hv = vh.to(kFloat64).requires_grad_();
+      SdpaOptions ho = o;
+      if (c.mask_kind == 1) ho.mask = oh.mask->to(kFloat64).requires_grad_();
+      auto href = sdpa_reference(hq, hk, hv, ho);
+      std::vector<Tensor> hwrt{hq, hk, hv};
+      if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
+      auto hg = grad({href.out}, hwrt, {douth.to(kFloat64)});
+      // Tolerances, norm-wise like rel_error, from the unit roundoff u: out and dv are float32
+      // results rounded once (u, plus the float32 run's 1e-4). dq, dk and the mask's gradient
+      // also carry the error of D_i = rowsum(dO o O), which the backward takes from the
+      // rounded O it saved (as FlashAttention and cuDNN do): up to dD = u max_i sum_c
+      // |dO_ic O_ic|. It enters dS_ij = P_ij (dP_ij - D_i) as P_ij dD (P with dropout's
+      // 1/(1-p)); dq_i = scale sum_j dS_ij k_j adds at most scale dD max|k| (a row of P sums to
+      // one); dk_j sums over the G Sq query rows of its group, scale dD max|q| G Sq; the mask's
+      // gradient sums dS over its broadcast dims, dD times their count.
+      const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
+      const double keep = 1 / (1 - o.dropout_p);
+      const double dD = u * max_abs(sum(abs(mul(douth.to(kFloat64), outh.to(kFloat64))), {-1}));
+      const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(c.D));
+      const double group_rows = static_cast<double>(c.Hq / c.Hk * c.Sq);
+      const double tol = u + 1e-4;
+      CHECK(rel_error(outh.to(kFloat64), href.out) < tol);
+      CHECK(rel_error(statsh, href.stats) < 1e-4);
+      CHECK(rel_error(gh.dv.to(kFloat64), hg[2]) < tol);
+      auto check_grad = [&](const Tensor& got, const Tensor& want, double extra) {
+        CHECK(rel_error(got.to(kFloat64), want) < tol + extra / std::max(max_abs(want), 1e-30));
+      };
+      check_grad(gh.dq, hg[0], scale * dD * keep * max_abs(kh.to(kFloat64)));
+      check_grad(gh.dk, hg[1], scale * dD * keep * max_abs(qh.to(kFloat64)) * group_rows);
+      if (c.mask_kind == 1) {
+        const double spread = static_cast<double>(numel_of({c.B, c.Hq, c.Sq, c.Skv})) /
+                              static_cast<double>(numel_of(in.mask.sizes()));
+        check_grad(gh.dmask, hg[3], dD * keep * spread);
+      }
+    }
   }
 }
 
@@ -210,28 +265,35 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
 }
 
 TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
-  Tensor q = rnd({1, 1, 4, 8}, 1).requires_grad_(), k = rnd({1, 1, 4, 8}, 2).requires_grad_();
-  Tensor v = rnd({1, 1, 4, 8}, 3).requires_grad_();
-  SdpaOptions o;
-  o.mask = from_vector(std::vector<bool>{true, true, false, false, false, false, false, false, true,
-                                         false, true, false, false, false, false, false},
-                       {4, 4});
-  o.seq_len_q = from_vector(std::vector<int64_t>{3}, {1});
-  auto [out, stats] = sdpa(q, k, v, o);
-  auto s = stats.to_vector<double>();
-  CHECK(std::isfinite(s[0]));
-  CHECK(s[1] == -INFINITY);  // every key masked
-  CHECK(s[3] == -INFINITY);  // padding row
-  auto ov = out.to_vector<double>();
-  for (int c = 0; c < 8; ++c) {
-    CHECK(ov[8 + c] == 0.0);
-    CHECK(ov[24 + c] == 0.0);
+  for (DType dtype : {kFloat64, kBFloat16, kFloat16}) {
+    CAPTURE(dtype);
+    Tensor q = rnd({1, 1, 4, 8}, 1).to(dtype).requires_grad_();
+    Tensor k = rnd({1, 1, 4, 8}, 2).to(dtype).requires_grad_();
+    Tensor v = rnd({1, 1, 4, 8}, 3).to(dtype).requires_grad_();
+    SdpaOptions o;
+    o.mask = from_vector(std::vector<bool>{true, true, false, false, false, false, false, false,
+                                           true, false, true, false, false, false, false, false},
+                         {4, 4});
+    o.seq_len_q = from_vector(std::vector<int64_t>{3}, {1});
+    auto [out, stats] = sdpa(q, k, v, o);
+    CHECK(stats.dtype() == compute_dtype(dtype));
+    auto s = stats.to(kFloat64).to_vector<double>();
+    CHECK(std::isfinite(s[0]));
+    CHECK(s[1] == -INFINITY);  // every key masked
+    CHECK(s[3] == -INFINITY);  // padding row
+    auto ov = out.to(kFloat64).to_vector<double>();
+    for (int c = 0; c < 8; ++c) {
+      CHECK(ov[8 + c] == 0.0);
+      CHECK(ov[24 + c] == 0.0);
+    }
+    tg::sum(out).backward();
+    for (const Tensor& t : {q.grad(), k.grad(), v.grad()}) {
+      CHECK(t.dtype() == dtype);
+      for (double x : t.to(kFloat64).to_vector<double>()) CHECK(std::isfinite(x));
+    }
+    auto gq = q.grad().to(kFloat64).to_vector<double>();
+    for (int c = 0; c < 8; ++c) CHECK(gq[8 + c] == 0.0);
   }
-  tg::sum(out).backward();
-  for (const Tensor& t : {q.grad(), k.grad(), v.grad()})
-    for (double x : t.to_vector<double>()) CHECK(std::isfinite(x));
-  auto gq = q.grad().to_vector<double>();
-  for (int c = 0; c < 8; ++c) CHECK(gq[8 + c] == 0.0);
   // No key at all.
   auto [o0, s0] = sdpa(rnd({1, 1, 2, 4}, 4), rnd({1, 1, 0, 4}, 5), rnd({1, 1, 0, 4}, 6));
   CHECK(o0.to_vector<double>() == std::vector<double>(8, 0.0));
