@@ -40,6 +40,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward", "got ",
            grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  AutocastGuard no_autocast(kFloat32);  // gradients keep the dtypes the forward chose
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<Node*> roots;
 

@@ -19,6 +19,12 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
+std::string known_dtypes() {
+  std::string s;
+  for (DType d : kAllDTypes) s += (s.empty() ? "" : ", ") + std::string(dtype_safetensors_name(d));
+  return s;
+}
+
 bool parse_dtype(const std::string& s, DType& t) {
   for (DType d : kAllDTypes) {
     if (s == dtype_safetensors_name(d)) {
@@ -123,7 +129,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
       bad("must have dtype, shape and data_offsets");
     Entry e{name, kFloat32, {}, 0, 0};
     if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), e.dtype))
-      bad("has dtype " + v["dtype"].dump() + ", expected one of F32, F64, I64, BOOL");
+      bad("has dtype " + v["dtype"].dump() + ", expected one of " + known_dtypes());
     if (!v["shape"].is_array()) bad("has a shape that is not an array");
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) bad("has shape " + v["shape"].dump() + " with a bad size");

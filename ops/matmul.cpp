@@ -1,5 +1,6 @@
 #include "autograd/autograd.h"
 #include "ops/linalg.h"
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 
@@ -46,9 +47,10 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  detail::check_defined(a, "matmul", "self");
-  detail::check_defined(b, "matmul", "other");
+Tensor matmul(const Tensor& self, const Tensor& other) {
+  detail::check_defined(self, "matmul", "self");
+  detail::check_defined(other, "matmul", "other");
+  const Tensor a = detail::autocast_low(self), b = detail::autocast_low(other);
   detail::check_same_device(a, b, "matmul", "other");
   detail::check_same_dtype(a, b, "matmul", "other");
   detail::check_floating(a, "matmul", "self");

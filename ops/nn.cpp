@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/autocast.h"
 #include "ops/fused_kernels.h"
 #include "ops/join.h"
 #include "ops/op_util.h"
@@ -15,8 +16,9 @@ namespace {
 
 // One fused kernel over rows (the dim moved last); the backward from the saved output:
 // softmax y (g - sum(g y)), log_softmax g - exp(y) sum(g).
-Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
-  detail::check_defined(x, op, "self");
+Tensor softmax_impl(const Tensor& input, int64_t dim, bool log, const char* op) {
+  detail::check_defined(input, op, "self");
+  const Tensor x = detail::autocast_float32(input);
   detail::check_floating(x, op, "self");
   if (x.dim() == 0) return softmax_impl(x.reshape({1}), 0, log, op).reshape({});
   const int64_t d = normalize_dim(dim, x.dim(), op), last = x.dim() - 1;
@@ -94,8 +96,9 @@ std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const
   return {dx, dw};
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  detail::check_defined(x, "rms_norm", "x");
+Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
+  detail::check_defined(input, "rms_norm", "x");
+  const Tensor x = detail::autocast_float32(input), weight = detail::autocast_float32(weight_in);
   detail::check_floating(x, "rms_norm", "x");
   TG_CHECK(x.dim() >= 1, "rms_norm", "argument 'x' must have a feature dim, got a 0-d tensor");
   TG_CHECK(eps >= 0, "rms_norm", "argument 'eps' must be >= 0, got ", eps);
@@ -208,8 +211,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions opts) {
-  detail::check_defined(logits, "cross_entropy", "logits");
+Tensor cross_entropy(const Tensor& input, const Tensor& targets, CrossEntropyOptions opts) {
+  detail::check_defined(input, "cross_entropy", "logits");
+  const Tensor logits = detail::autocast_float32(input);
   detail::check_defined(targets, "cross_entropy", "targets");
   detail::check_floating(logits, "cross_entropy", "logits");
   detail::check_dtype(targets, kInt64, "cross_entropy", "targets");

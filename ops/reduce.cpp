@@ -5,6 +5,7 @@
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 namespace tg {
@@ -91,8 +92,9 @@ Tensor extremum(ReduceOp op, const char* name, const Tensor& x, const Dims& dims
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
-  detail::check_defined(x, "sum", "self");
+Tensor sum(const Tensor& input, const Dims& dims, bool keepdim) {
+  detail::check_defined(input, "sum", "self");
+  const Tensor x = detail::autocast_float32(input);
   auto red = reduced_mask(x, dims, "sum");
   Tensor src = x.dtype() == kBool ? x.to(kInt64) : x;
   Tensor out = reduce_kernel(ReduceOp::Sum, src.detach(), red, false, "sum").values;
@@ -102,8 +104,9 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   return finish(out, x, red, keepdim);
 }
 
-Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
-  detail::check_defined(x, "mean", "self");
+Tensor mean(const Tensor& input, const Dims& dims, bool keepdim) {
+  detail::check_defined(input, "mean", "self");
+  const Tensor x = detail::autocast_float32(input);
   detail::check_floating(x, "mean", "self");
   auto red = reduced_mask(x, dims, "mean");
   int64_t n = x.numel() / std::max<int64_t>(1, numel_of(keep_shape(x, red)));
@@ -126,8 +129,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 // Stable: subtracts the (detached) max first; a row of -inf gives -inf, not NaN.
-Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
-  detail::check_defined(x, "logsumexp", "self");
+Tensor logsumexp(const Tensor& input, const Dims& dims, bool keepdim) {
+  detail::check_defined(input, "logsumexp", "self");
+  const Tensor x = detail::autocast_float32(input);
   detail::check_floating(x, "logsumexp", "self");
   Tensor out = detail::in_compute_dtype(x, [&](const Tensor& xc) {
     Tensor m = max(xc.detach(), dims, true);
@@ -139,8 +143,9 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   return out.reshape(drop_shape(x, red));
 }
 
-Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
-  detail::check_defined(x, "var", "self");
+Tensor var(const Tensor& input, const Dims& dims, int64_t correction, bool keepdim) {
+  detail::check_defined(input, "var", "self");
+  const Tensor x = detail::autocast_float32(input);
   detail::check_floating(x, "var", "self");
   auto red = reduced_mask(x, dims, "var");
   int64_t n = x.numel() / std::max<int64_t>(1, numel_of(keep_shape(x, red)));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/autograd.h"
+#include "ops/autocast.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa_check.h"
@@ -170,10 +171,15 @@ SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   return backward_impl(q, k, v, out, dout, stats, opts, float_mask(opts));
 }
 
-SdpaResult sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts) {
-  detail::check_defined(q, kOp, "q");  // before detach(), which needs a tensor
-  detail::check_defined(k, kOp, "k");
-  detail::check_defined(v, kOp, "v");
+SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                const SdpaOptions& opts_in) {
+  detail::check_defined(q_in, kOp, "q");  // before detach(), which needs a tensor
+  detail::check_defined(k_in, kOp, "k");
+  detail::check_defined(v_in, kOp, "v");
+  const Tensor q = detail::autocast_low(q_in), k = detail::autocast_low(k_in),
+               v = detail::autocast_low(v_in);
+  SdpaOptions opts = opts_in;
+  if (opts.mask) opts.mask = detail::autocast_low(*opts.mask);
   SdpaResult r = sdpa_forward(q.detach(), k.detach(), v.detach(), opts);
   const bool mask_grad = float_mask(opts) && opts.mask->requires_grad();
   std::vector<Tensor> inputs{q, k, v};

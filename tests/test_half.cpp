@@ -229,3 +229,55 @@ TEST_CASE("reductions, softmax and matmul accumulate 16-bit inputs in float32, r
     CHECK(same(matmul(r, w), matmul(r32, w.to(kFloat32)).to(h)));
   }
 }
+
+TEST_CASE("autocast: matmul and sdpa in the low precision, norms, softmax and losses in float32") {
+  Tensor x = tgtest::rnd({4, 8}, 21).to(kFloat32).requires_grad_();
+  Tensor w = tgtest::rnd({8, 6}, 22).to(kFloat32).requires_grad_();
+  Tensor norm_w = ones({6}).requires_grad_();
+  Tensor targets = from_vector(std::vector<int64_t>{0, 5, 2, 3}, {4});
+  for (DType low : {kBFloat16, kFloat16}) {
+    CAPTURE(low);
+    Tensor loss;
+    {
+      AutocastGuard guard(low);
+      CHECK(autocast_dtype() == low);
+      Tensor h = matmul(x, w);
+      CHECK(h.dtype() == low);
+      CHECK(h.to(kFloat64).to_vector<double>() ==
+            matmul(x.to(low), w.to(low)).to(kFloat64).to_vector<double>());
+      CHECK(softmax(h, -1).dtype() == kFloat32);
+      CHECK(sum(h).dtype() == kFloat32);
+      CHECK(mean(h).dtype() == kFloat32);
+      CHECK(add(h, x.narrow(1, 0, 6)).dtype() == kFloat32);  // promotion with a float32 residual
+      CHECK(relu(h).dtype() == low);                          // other ops keep their input's dtype
+      Tensor q = tgtest::rnd({1, 2, 3, 4}, 23).to(kFloat32);
+      CHECK(sdpa(q, q, q).out.dtype() == low);
+      CHECK(matmul(x.to(kFloat64), w.to(kFloat64)).dtype() == kFloat64);  // float64 untouched
+      Tensor n = rms_norm(h, norm_w);
+      CHECK(n.dtype() == kFloat32);
+      loss = cross_entropy(n, targets);
+      CHECK(loss.dtype() == kFloat32);
+      loss.backward();  // inside the scope: backward runs with autocast off all the same
+    }
+    CHECK(autocast_dtype() == kFloat32);
+    CHECK(x.grad().dtype() == kFloat32);
+    CHECK(w.grad().dtype() == kFloat32);
+    CHECK(norm_w.grad().dtype() == kFloat32);
+    // The same loss in float32 with the roundings autocast makes written out: equal.
+    Tensor xr = x.detach().to(low).to(kFloat32).requires_grad_();
+    Tensor wr = w.detach().to(low).to(kFloat32).requires_grad_();
+    Tensor ref = cross_entropy(rms_norm(matmul(xr, wr).to(low).to(kFloat32), norm_w.detach()),
+                               targets);
+    ref.backward();
+    CHECK(loss.item<float>() == ref.item<float>());
+    // x's gradient is the 16-bit matmul's (g w^T rounded once); the reference's is unrounded.
+    const double u = low == kBFloat16 ? 0x1p-8 : 0x1p-11;
+    const std::vector<float> gx = x.grad().to_vector<float>(), gr = xr.grad().to_vector<float>();
+    for (size_t i = 0; i < gx.size(); ++i) CHECK(std::abs(gx[i] - gr[i]) <= u * std::abs(gr[i]));
+    x.zero_grad();
+    w.zero_grad();
+    norm_w.zero_grad();
+  }
+  tgtest::check_throws_with_prefix([] { AutocastGuard g(kFloat64); }, "[autocast]",
+                                   "got float64");
+}

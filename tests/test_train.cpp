@@ -87,7 +87,9 @@ TEST_CASE("safetensors: round trip of every dtype, metadata, and the layout on d
                          {"b.c", tgtest::rnd({4}, 2).transpose(0, 0)},
                          {"ids", from_vector(std::vector<int64_t>{-5, 7}, {2, 1})},
                          {"m", from_vector(std::vector<bool>{true, false, true}, {3})},
-                         {"empty", zeros({0, 2})}};
+                         {"empty", zeros({0, 2})},
+                         {"h", tgtest::rnd({3}, 3).to(kBFloat16)},
+                         {"f16", tgtest::rnd({1, 2}, 4).to(kFloat16)}};
   nn::save_safetensors(path, ts, {{"k", "v"}});
   nn::SafetensorsFile f = nn::load_safetensors(path);
   REQUIRE(f.tensors.size() == ts.size());
@@ -95,15 +97,19 @@ TEST_CASE("safetensors: round trip of every dtype, metadata, and the layout on d
     CHECK(f.tensors[i].first == ts[i].first);
     CHECK(f.tensors[i].second.sizes() == ts[i].second.sizes());
     CHECK(f.tensors[i].second.dtype() == ts[i].second.dtype());
-    CHECK(f.tensors[i].second.to_vector<double>() == ts[i].second.to_vector<double>());
+    CHECK(f.tensors[i].second.to(kFloat64).to_vector<double>() ==
+          ts[i].second.to(kFloat64).to_vector<double>());
   }
   CHECK(f.metadata.at("k") == "v");
   std::vector<char> bytes = read_bytes(path);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   CHECK(n % 8 == 0);
-  CHECK(bytes.size() == 8 + n + 6 * 4 + 4 * 8 + 2 * 8 + 3);
-  CHECK(std::string(bytes.data() + 8, n).find("\"dtype\":\"F32\"") != std::string::npos);
+  CHECK(bytes.size() == 8 + n + 6 * 4 + 4 * 8 + 2 * 8 + 3 + 3 * 2 + 2 * 2);
+  const std::string header(bytes.data() + 8, n);
+  CHECK(header.find("\"dtype\":\"F32\"") != std::string::npos);
+  CHECK(header.find("\"dtype\":\"BF16\"") != std::string::npos);
+  CHECK(header.find("\"dtype\":\"F16\"") != std::string::npos);
   fs::remove_all(dir);
 }
 
