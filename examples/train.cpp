@@ -35,6 +35,8 @@ struct Args {
   std::string device = "cpu";
   std::string out = "runs/train";
   bool resume = false;
+  std::string precision = "fp32";  // fp32, bf16 or fp16 (a checkpoint's when resuming, unless given)
+  bool precision_given = false;
   int64_t eval_every = 250, eval_examples = 1000, samples = 5, threads = 0;
 };
 
@@ -180,7 +182,7 @@ tg::nn::TransformerConfig model_config(const Args& a, const Paths& paths) {
 }
 
 void print_header(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
-                  const tg::nn::Transformer& model, int64_t first) {
+                  const tg::nn::Transformer& model, int64_t first, const std::string& precision) {
   std::printf(
       "tapegrad %s: %s, %lld layers, d_model %lld, heads %lld/%lld (q/kv), ffn %lld, "
       "%lld parameters\n",
@@ -188,10 +190,11 @@ void print_header(const Args& a, const Data& data, const tg::nn::TransformerConf
       static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.heads),
       static_cast<long long>(cfg.kv_heads), static_cast<long long>(cfg.ffn_size()),
       static_cast<long long>(model.parameter_count()));
-  std::printf("steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s\n",
-              static_cast<long long>(a.steps), static_cast<long long>(first),
-              static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr,
-              tg::get_num_threads(), a.device.c_str());
+  std::printf(
+      "steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s, %s\n",
+      static_cast<long long>(a.steps), static_cast<long long>(first),
+      static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr,
+      tg::get_num_threads(), a.device.c_str(), precision.c_str());
 }
 
 // Exact match on the first n held-out task examples, or the validation loss on text.
@@ -213,12 +216,28 @@ std::string evaluate(tg::nn::Transformer& model, const Data& data, const Args& a
   return fmt("validation loss %.4f", loss);
 }
 
+// The precision of the run: autocast dtype and, for float16, the loss scaler (whose state a
+// checkpoint keeps so that a resumed run continues bitwise).
+struct Precision {
+  std::string name = "fp32";
+  tg::nn::GradScaler scaler;
+
+  tg::DType dtype() const {
+    return name == "bf16" ? tg::kBFloat16 : (name == "fp16" ? tg::kFloat16 : tg::kFloat32);
+  }
+  tg::nn::GradScaler* loss_scaler() { return name == "fp16" ? &scaler : nullptr; }
+};
+
 // Model, optimizer and the loss rows so far, saved together.
 void save_checkpoint(const Paths& paths, const tg::nn::TransformerConfig& cfg, const Data& data,
                      int64_t step, const tg::nn::Transformer& model, const tg::nn::AdamW& opt,
-                     const std::vector<std::string>& rows) {
-  Metadata meta{
-      {"config", tg::nn::config_to_json(cfg)}, {"step", std::to_string(step)}, {"data", data.id}};
+                     const Precision& precision, const std::vector<std::string>& rows) {
+  Metadata meta{{"config", tg::nn::config_to_json(cfg)},
+                {"step", std::to_string(step)},
+                {"data", data.id},
+                {"precision", precision.name},
+                {"loss_scale", fmt("%.17g", precision.scaler.current_scale())},
+                {"loss_scale_good_steps", std::to_string(precision.scaler.good_steps())}};
   tg::nn::save_module(paths.model.string(), model, meta);
   tg::nn::save_optimizer(paths.optim.string(), opt, meta);
   write_csv(paths.csv, rows);
@@ -227,8 +246,8 @@ void save_checkpoint(const Paths& paths, const tg::nn::TransformerConfig& cfg, c
 // The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
 // checkpoints along the way, and the last checkpoint.
 void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
-           const Paths& paths, tg::nn::Transformer& model, tg::nn::AdamW& opt) {
-  const int64_t first = opt.steps();
+           const Paths& paths, tg::nn::Transformer& model, tg::nn::AdamW& opt, int64_t first,
+           Precision& precision) {
   const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   std::vector<std::string> rows = read_csv_rows(paths.csv, first);
   Progress progress(first, a.steps);
@@ -236,7 +255,15 @@ void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg
     const tg::nn::Batch b = data.batch(a, step);
     opt.lr = schedule(step);
     tg::Generator dropout = tg::nn::step_dropout_generator(a.seed, step);
-    const double loss = tg::nn::train_step(model, opt, b, dropout, {a.clip});
+    const int64_t skipped = precision.scaler.skipped_steps();
+    const double loss = tg::nn::train_step(
+        model, opt, b, dropout,
+        {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()});
+    if (precision.scaler.skipped_steps() > skipped) {
+      progress.note("step " + std::to_string(step + 1) +
+                    " skipped: its float16 gradients overflowed; loss scale now " +
+                    fmt("%g", precision.scaler.current_scale()));
+    }
     TG_CHECK(std::isfinite(loss), "train", "loss became ", loss, " at step ", step,
              " (try a lower --lr)");
     rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss) + "," + fmt("%.6e", opt.lr));
@@ -244,10 +271,10 @@ void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg
     if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
                     evaluate(model, data, a, 200));
-      save_checkpoint(paths, cfg, data, step + 1, model, opt, rows);
+      save_checkpoint(paths, cfg, data, step + 1, model, opt, precision, rows);
     }
   }
-  save_checkpoint(paths, cfg, data, a.steps, model, opt, rows);
+  save_checkpoint(paths, cfg, data, a.steps, model, opt, precision, rows);
   const bool png = plot_loss(paths.csv, paths.png);
   progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + paths.model.string() +
                 ", " + paths.optim.string() + ", " + paths.csv.string() +
@@ -293,12 +320,21 @@ int run(const Args& a) {
   ao.lr = a.lr;
   ao.weight_decay = a.weight_decay;
   tg::nn::AdamW opt(model.named_parameters(), ao);
+  Precision precision{a.precision, tg::nn::GradScaler()};
+  int64_t first = 0;
   if (a.resume) {
-    tg::nn::load_module(paths.model.string(), model);
+    const Metadata meta = tg::nn::load_module(paths.model.string(), model);
     tg::nn::load_optimizer(paths.optim.string(), opt);
+    first = opt.steps();
+    if (meta.count("step")) first = std::stoll(meta.at("step"));  // skipped steps included
+    if (meta.count("precision") && !a.precision_given) precision.name = meta.at("precision");
+    if (meta.count("loss_scale")) {
+      precision.scaler.set_state(std::stod(meta.at("loss_scale")),
+                                 std::stoll(meta.at("loss_scale_good_steps")));
+    }
   }
-  print_header(a, data, cfg, model, opt.steps());
-  train(a, data, cfg, paths, model, opt);
+  print_header(a, data, cfg, model, first, precision.name);
+  train(a, data, cfg, paths, model, opt, first, precision);
   print_results(a, data, model);
   return 0;
 }
@@ -332,6 +368,11 @@ int parse_and_run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", a.out, "output directory")->capture_default_str();
   app.add_flag("--resume", a.resume, "continue from the checkpoint in --out");
+  app.add_option("--precision", a.precision,
+                 "fp32; bf16 or fp16: mixed precision (autocast, float32 master weights; fp16 "
+                 "with loss scaling). Resuming keeps the checkpoint's unless given")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--eval-every", a.eval_every, "steps between evaluations (0: end only)")
       ->capture_default_str();
   app.add_option("--eval-examples", a.eval_examples, "examples in the final evaluation")
@@ -340,6 +381,7 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  a.precision_given = app.count("--precision") > 0;
   return run(a);
 }
 

@@ -3,6 +3,7 @@
 #include "models/checkpoint.h"
 #include "models/data.h"
 #include "models/generate.h"
+#include "models/grad_scaler.h"
 #include "models/layers.h"
 #include "models/module.h"
 #include "models/optim.h"

@@ -2,17 +2,29 @@
 
 #include <cmath>
 
+#include "ops/autocast.h"
+
 namespace tg::nn {
 
 double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& loss,
                   const StepOptions& opts) {
   opt.zero_grad();
-  Tensor value = loss();
+  Tensor value;
+  {
+    AutocastGuard autocast(opts.precision);
+    value = loss();
+  }
   TG_CHECK(value.defined() && value.numel() == 1, "train_step",
            "the loss function must return a one-element tensor, got ",
            value.defined() ? shape_str(value.sizes()) : std::string("an undefined tensor"));
-  value.backward();
-  if (opts.clip > 0) clip_grad_norm(model.parameters(), opts.clip);
+  (opts.scaler ? opts.scaler->scale(value) : value).backward();
+  const std::vector<Tensor> params = model.parameters();
+  if (opts.scaler) {
+    const bool finite = opts.scaler->unscale(params);
+    opts.scaler->update(!finite);
+    if (!finite) return value.item<double>();  // skipped: the scale was too large
+  }
+  if (opts.clip > 0) clip_grad_norm(params, opts.clip);
   opt.step();
   return value.item<double>();
 }

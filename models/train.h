@@ -4,6 +4,7 @@
 
 #include "core/philox.h"
 #include "models/data.h"
+#include "models/grad_scaler.h"
 #include "models/optim.h"
 #include "models/transformer.h"
 
@@ -11,11 +12,18 @@ namespace tg::nn {
 
 struct StepOptions {
   double clip = 1.0;  // global gradient-norm clip; 0 turns it off
+  // kFloat32, or kBFloat16 / kFloat16: the forward pass runs under AutocastGuard(precision)
+  // (ops/autocast.h); parameters and optimizer state stay float32.
+  DType precision = kFloat32;
+  // Loss scaling (for float16): the loss is scaled before backward, the gradients unscaled,
+  // and a step whose gradients hold Inf or NaN is skipped (scaler->update() says so in its
+  // skipped_steps()). Null: none.
+  GradScaler* scaler = nullptr;
 };
 
-// One step of any model: zero the gradients, loss(), backward, clip the model's gradients to
-// opts.clip, and the optimizer's update at its current lr. `loss` runs the forward pass and
-// returns a 0-d loss. Returns the loss (before the update).
+// One step of any model: zero the gradients, loss() (under autocast when asked), backward,
+// clip the model's gradients to opts.clip, and the optimizer's update at its current lr.
+// `loss` runs the forward pass and returns a 0-d loss. Returns the loss (before the update).
 double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& loss,
                   const StepOptions& opts = {});
 

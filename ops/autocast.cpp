@@ -1,5 +1,7 @@
 #include "ops/autocast.h"
 
+#include "ops/op_util.h"
+
 namespace tg {
 
 namespace {

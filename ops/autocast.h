@@ -29,11 +29,4 @@ class AutocastGuard {
   DType prev_;
 };
 
-namespace detail {
-// t cast to the autocast dtype when autocast is on and t is float32; else t.
-Tensor autocast_low(const Tensor& t);
-// t cast to float32 when autocast is on and t is 16-bit; else t.
-Tensor autocast_float32(const Tensor& t);
-}  // namespace detail
-
 }  // namespace tg

@@ -27,6 +27,11 @@ void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
 // the operands of a binary op, as PyTorch promotes them.
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op);
 
+// The casts of autocast (ops/autocast.h): t in the autocast dtype when autocast is on and t is
+// float32, and t in float32 when autocast is on and t is 16-bit; else t itself.
+Tensor autocast_low(const Tensor& t);
+Tensor autocast_float32(const Tensor& t);
+
 // f(x) for a composite op: for 16-bit x it runs on x in float32 and its result is rounded back
 // to x's dtype once, so that none of its intermediates round to 16 bits (the casts are on the
 // tape, so the gradient takes the same way back).

@@ -32,6 +32,8 @@ const std::map<std::string, std::string>& exemptions() {
       {"randn", "random factory (test_philox.cpp)"},
       {"set_fused_kernels", "a setting (test_models.cpp)"},
       {"fused_kernels", "a setting (test_models.cpp)"},
+      {"autocast_dtype", "a setting (test_half.cpp)"},
+      {"set_autocast_dtype", "a setting (test_half.cpp)"},
       {"rms_norm_backward", "fused gradient, against its composite (test_models.cpp)"},
       {"swiglu_backward", "fused gradient, against its composite (test_models.cpp)"},
       {"embedding_backward", "embedding's gradient (through the embedding row)"},
