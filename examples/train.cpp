@@ -35,7 +35,8 @@ struct Args {
   std::string device = "cpu";
   std::string out = "runs/train";
   bool resume = false;
-  std::string precision = "fp32";  // fp32, bf16 or fp16 (a checkpoint's when resuming, unless given)
+  std::string precision =
+      "fp32";  // fp32, bf16 or fp16 (a checkpoint's when resuming, unless given)
   bool precision_given = false;
   int64_t eval_every = 250, eval_examples = 1000, samples = 5, threads = 0;
 };

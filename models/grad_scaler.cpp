@@ -55,8 +55,7 @@ void GradScaler::update(bool found_inf) {
 }
 
 void GradScaler::set_state(double scale, int64_t good_steps) {
-  TG_CHECK(scale > 0 && std::isfinite(scale), "GradScaler", "scale must be positive, got ",
-           scale);
+  TG_CHECK(scale > 0 && std::isfinite(scale), "GradScaler", "scale must be positive, got ", scale);
   TG_CHECK(good_steps >= 0, "GradScaler", "good_steps must be >= 0, got ", good_steps);
   scale_ = scale;
   good_steps_ = good_steps;

@@ -124,7 +124,7 @@ TEST_CASE("float to bfloat16 and float16 rounds to nearest, ties to even, at eve
   CHECK(float16(65519.99f).bits == 0x7bff);
   CHECK(float16(65520.0f).bits == 0x7c00);
   CHECK(float16(-1e10f).bits == 0xfc00);
-  CHECK(float16(0x1p-25f).bits == 0x0000);         // half the smallest subnormal: tie to 0
+  CHECK(float16(0x1p-25f).bits == 0x0000);  // half the smallest subnormal: tie to 0
   CHECK(float16(next_up(0x1p-25f)).bits == 0x0001);
   CHECK(std::isnan(static_cast<float>(float16(NAN))));
   CHECK(std::isnan(static_cast<float>(bfloat16(-NAN))));
@@ -249,7 +249,7 @@ TEST_CASE("autocast: matmul and sdpa in the low precision, norms, softmax and lo
       CHECK(sum(h).dtype() == kFloat32);
       CHECK(mean(h).dtype() == kFloat32);
       CHECK(add(h, x.narrow(1, 0, 6)).dtype() == kFloat32);  // promotion with a float32 residual
-      CHECK(relu(h).dtype() == low);                          // other ops keep their input's dtype
+      CHECK(relu(h).dtype() == low);                         // other ops keep their input's dtype
       Tensor q = tgtest::rnd({1, 2, 3, 4}, 23).to(kFloat32);
       CHECK(sdpa(q, q, q).out.dtype() == low);
       CHECK(matmul(x.to(kFloat64), w.to(kFloat64)).dtype() == kFloat64);  // float64 untouched
@@ -266,8 +266,8 @@ TEST_CASE("autocast: matmul and sdpa in the low precision, norms, softmax and lo
     // The same loss in float32 with the roundings autocast makes written out: equal.
     Tensor xr = x.detach().to(low).to(kFloat32).requires_grad_();
     Tensor wr = w.detach().to(low).to(kFloat32).requires_grad_();
-    Tensor ref = cross_entropy(rms_norm(matmul(xr, wr).to(low).to(kFloat32), norm_w.detach()),
-                               targets);
+    Tensor ref =
+        cross_entropy(rms_norm(matmul(xr, wr).to(low).to(kFloat32), norm_w.detach()), targets);
     ref.backward();
     CHECK(loss.item<float>() == ref.item<float>());
     // x's gradient is the 16-bit matmul's (g w^T rounded once); the reference's is unrounded.
@@ -278,6 +278,5 @@ TEST_CASE("autocast: matmul and sdpa in the low precision, norms, softmax and lo
     w.zero_grad();
     norm_w.zero_grad();
   }
-  tgtest::check_throws_with_prefix([] { AutocastGuard g(kFloat64); }, "[autocast]",
-                                   "got float64");
+  tgtest::check_throws_with_prefix([] { AutocastGuard g(kFloat64); }, "[autocast]", "got float64");
 }

@@ -272,3 +272,64 @@ TEST_CASE("train_step trains a user's own module with a user's loss") {
       [&] { nn::train_step(mlp, opt, [&] { return mlp.forward(x); }); }, "[train_step]",
       "one-element tensor, got [64, 1]");
 }
+
+TEST_CASE("mixed precision: the sort task trains under bf16 and fp16 autocast") {
+  auto task = nn::make_task("sort", 5);
+  for (DType low : {kBFloat16, kFloat16}) {
+    CAPTURE(low);
+    nn::TransformerConfig c = small_config();
+    c.attn_dropout = 0;
+    nn::Transformer model(c, 4);
+    nn::AdamW opt(model.named_parameters());
+    nn::GradScaler scaler;
+    nn::WarmupCosine schedule{1e-2, 1e-3, 10, 100};
+    double first = 0, last = 0;
+    for (int64_t step = 0; step < 100; ++step) {
+      opt.lr = schedule(step);
+      Generator drop = nn::step_dropout_generator(1, step);
+      last = nn::train_step(model, opt, nn::task_batch(*task, 32, 1, step), drop,
+                            {.precision = low, .scaler = low == kFloat16 ? &scaler : nullptr});
+      if (step == 0) first = last;
+    }
+    INFO("first loss " << first << ", last " << last);
+    CHECK(first > 4.0);
+    CHECK(last < 1.5);
+    for (const Tensor& p : model.parameters()) CHECK(p.dtype() == kFloat32);  // master weights
+    CHECK(scaler.skipped_steps() == 0);
+  }
+}
+
+TEST_CASE("GradScaler: scales, unscales, skips a step whose gradients overflow, adapts") {
+  nn::GradScaler s(
+      {.init_scale = 8, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 2});
+  CHECK(s.scale(full({}, 3.0)).item<double>() == 24.0);
+  Tensor p = zeros({2}).requires_grad_();
+  sum(mul(p, full({2}, 16.0))).backward();
+  CHECK(s.unscale({p}));
+  CHECK(p.grad().to_vector<float>() == std::vector<float>{2, 2});
+  s.update(false);
+  s.update(false);
+  CHECK(s.current_scale() == 16);  // two good steps in a row: grown
+  p.zero_grad();
+  sum(mul(p, full({2}, INFINITY))).backward();
+  CHECK_FALSE(s.unscale({p}));
+  s.update(true);
+  CHECK(s.current_scale() == 8);
+  CHECK(s.skipped_steps() == 1);
+  CHECK(s.good_steps() == 0);
+  // In train_step: a scale that overflows float16 gradients skips the update.
+  nn::Transformer model(small_config(), 3);
+  nn::AdamW opt(model.named_parameters());
+  nn::GradScaler huge({.init_scale = 0x1p60});
+  const std::vector<float> before = model.parameters()[0].to_vector<float>();
+  auto task = nn::make_task("sort", 5);
+  Generator drop = nn::step_dropout_generator(1, 0);
+  nn::train_step(model, opt, nn::task_batch(*task, 4, 1, 0), drop,
+                 {.precision = kFloat16, .scaler = &huge});
+  CHECK(huge.skipped_steps() == 1);
+  CHECK(huge.current_scale() == 0x1p59);
+  CHECK(opt.steps() == 0);
+  CHECK(model.parameters()[0].to_vector<float>() == before);
+  tgtest::check_throws_with_prefix([] { nn::GradScaler bad({.init_scale = 0}); }, "[GradScaler]",
+                                   "init_scale");
+}
