@@ -30,6 +30,11 @@ struct Args {
   std::string program;
   std::vector<std::string> words;  // the positional words before the device word
   std::string device;              // "cpu" where none is given
+  std::string precision = "fp32";  // --precision fp32|bf16|fp16 (the benchmarks that train)
+
+  tg::DType precision_dtype() const {
+    return precision == "bf16" ? tg::kBFloat16 : (precision == "fp16" ? tg::kFloat16 : tg::kFloat32);
+  }
 
   // Positional word `i` (called `what` in errors) as a non-negative int, or `fallback` where
   // there is none.
@@ -56,9 +61,14 @@ inline Args parse_args(const std::string& program, int argc, char** argv, size_t
       flag = argv[++i];
     } else if (w.rfind("--device=", 0) == 0) {
       flag = w.substr(9);
+    } else if (w == "--precision" && i + 1 < argc) {
+      a.precision = argv[++i];
+      if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16")
+        throw tg::Error("[" + program + "] precision: expected fp32, bf16 or fp16, got '" +
+                        a.precision + "'");
     } else if (w.rfind("--", 0) == 0) {
-      throw tg::Error("[" + program + "] option: expected --device NAME, got '" + w + "'" +
-                      (w == "--device" ? " without a name" : ""));
+      throw tg::Error("[" + program + "] option: expected --device NAME or --precision P, got '" +
+                      w + "'" + (w == "--device" ? " without a name" : ""));
     } else {
       a.words.push_back(w);
     }

@@ -3,7 +3,10 @@
 // per step and tokens/s, split into forward / backward / optimizer, and the kernel time by
 // kind from the profiling backend.
 //
-//   bench_train_step [threads] [steps] [cpu|cuda]      (or --device cuda)
+//   bench_train_step [threads] [steps] [cpu|cuda] [--precision fp32|bf16|fp16]
+//
+// bf16 and fp16 run the forward under AutocastGuard (fp16 with loss scaling), as
+// nn::train_step does; peak_mb is the high-water mark of live tensor memory during a step.
 // bench/compare_train_torch.py runs this beside the same model and step in PyTorch.
 #include <tapegrad.h>
 
@@ -48,23 +51,31 @@ int main(int argc, char** argv) {
     auto ids = [&] {
       return tg::mul(tg::rand({batch, seq + 1}, data, tg::kFloat64), 255.999).to(tg::kInt64);
     };
-    std::printf("bench_train_step: %lld parameters, batch %lld x %lld, %d threads\n",
+    std::printf("bench_train_step: %lld parameters, batch %lld x %lld, %d threads, %s\n",
                 static_cast<long long>(model.parameter_count()), static_cast<long long>(batch),
-                static_cast<long long>(seq), tg::get_num_threads());
+                static_cast<long long>(seq), tg::get_num_threads(), args.precision.c_str());
+    const tg::DType precision = args.precision_dtype();
+    tg::nn::GradScaler scaler;
 
     std::vector<double> fwd, bwd, upd, total;
     auto one_step = [&](bool record) {
       tg::Tensor t = ids().to(device);
       tg::Tensor in = t.slice(1, 0, seq), tgt = t.slice(1, 1, seq + 1);
       const double a = now_ms();
-      tg::Tensor loss = tg::nn::lm_loss(model.forward(in), tgt);
+      tg::Tensor loss;
+      {
+        tg::AutocastGuard autocast(precision);
+        loss = tg::nn::lm_loss(model.forward(in), tgt);
+      }
       loss.item<float>();
       const double b = now_ms();
       opt.zero_grad();
-      loss.backward();
+      (precision == tg::kFloat16 ? scaler.scale(loss) : loss).backward();
       const double c = now_ms();
+      const bool finite = precision != tg::kFloat16 || scaler.unscale(model.parameters());
+      if (precision == tg::kFloat16) scaler.update(!finite);
       tg::nn::clip_grad_norm(model.parameters(), 1.0);
-      opt.step();
+      if (finite) opt.step();
       model.parameters().back().to_vector<float>();  // wait for the update (CUDA)
       const double d = now_ms();
       if (record) {
@@ -76,12 +87,16 @@ int main(int argc, char** argv) {
     };
     one_step(false);
     one_step(false);
+    tg::reset_peak_storage_bytes();
+    const int64_t resident = tg::live_storage_bytes();  // weights and optimizer state
     for (int i = 0; i < steps; ++i) one_step(true);
+    const double peak_mb = static_cast<double>(tg::peak_storage_bytes()) / 1e6;
     const double step_ms = median(total);
     std::printf(
         "step_ms\t%.2f\ntokens_per_s\t%.0f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
-        "optimizer_ms\t%.2f\n",
-        step_ms, batch * seq / step_ms * 1e3, median(fwd), median(bwd), median(upd));
+        "optimizer_ms\t%.2f\npeak_mb\t%.1f\nresident_mb\t%.1f\n",
+        step_ms, batch * seq / step_ms * 1e3, median(fwd), median(bwd), median(upd), peak_mb,
+        static_cast<double>(resident) / 1e6);
 
     // Where the time goes: kernel time by kind over `steps` more steps, per step.
     tg::reset_kernel_profile();

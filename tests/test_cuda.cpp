@@ -39,6 +39,24 @@ std::vector<OpCase> op_table_cases() {
            [&op] { return optable::make_inputs(op, Layout::Broadcast, kFloat32, true); },
            optable::call_for(op, Layout::Broadcast), op.tol32, op.tol32});
     }
+    // 16-bit: each device rounds its float32 result once, so the two differ by at most one
+    // 16-bit step (2u relative) where their float32 results straddle a rounding boundary. The
+    // gradients chain the backward formulas' ops, each rounding once: allowed 8u.
+    for (DType h : {kBFloat16, kFloat16}) {
+      const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
+      cases.push_back({op.label() + (h == kBFloat16 ? " (bfloat16)" : " (float16)"),
+                       [&op, h] {
+                         Inputs in = optable::make_inputs(op, Layout::Plain, kFloat32, true);
+                         for (Tensor& t : in) {
+                           if (!is_floating(t.dtype())) continue;
+                           const bool grad = t.requires_grad();
+                           t = t.detach().to(h);
+                           if (grad) t.requires_grad_();
+                         }
+                         return in;
+                       },
+                       op.call, 2 * u + op.tol32, 8 * u});
+    }
   }
   return cases;
 }
