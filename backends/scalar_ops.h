@@ -7,16 +7,13 @@
 #include "backends/backend.h"
 #include "backends/dispatch.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/host_device.h"
 
 namespace tg::scalar {
 
 TG_HD inline float bits_to_float(int bits) {
-#ifdef __CUDA_ARCH__
-  return __int_as_float(bits);
-#else
-  return __builtin_bit_cast(float, bits);
-#endif
+  return half_bits::bits_float(static_cast<uint32_t>(bits));
 }
 
 // The core of exp_f32, for float and for GCC's float vectors alike (backends/cpu/simd.h):
@@ -168,8 +165,9 @@ namespace binary_fn {
 // What a kernel stores for op Fn on inputs of type T: bool for the comparisons, logic and
 // isfinite, else T itself.
 template <class Fn, class T>
-using stored_t = std::conditional_t<
-    std::is_same_v<decltype(Fn{}(compute_t<T>{}, compute_t<T>{})), bool>, bool, T>;
+using stored_t =
+    std::conditional_t<std::is_same_v<decltype(Fn{}(compute_t<T>{}, compute_t<T>{})), bool>, bool,
+                       T>;
 
 // The op on stored values: computed in compute_t<T> (float for the 16-bit types), rounded once
 // into what is stored. p, a unary op's parameter, stays in the compute type.

@@ -33,7 +33,8 @@ struct Args {
   std::string precision = "fp32";  // --precision fp32|bf16|fp16 (the benchmarks that train)
 
   tg::DType precision_dtype() const {
-    return precision == "bf16" ? tg::kBFloat16 : (precision == "fp16" ? tg::kFloat16 : tg::kFloat32);
+    return precision == "bf16" ? tg::kBFloat16
+                               : (precision == "fp16" ? tg::kFloat16 : tg::kFloat32);
   }
 
   // Positional word `i` (called `what` in errors) as a non-negative int, or `fallback` where
