@@ -16,6 +16,8 @@ void set_autocast_dtype(DType dtype) {
   t_autocast = dtype;
 }
 
+AutocastGuard::~AutocastGuard() { t_autocast = prev_; }
+
 namespace detail {
 
 Tensor autocast_low(const Tensor& t) {

@@ -21,7 +21,7 @@ void set_autocast_dtype(DType dtype);
 class AutocastGuard {
  public:
   explicit AutocastGuard(DType dtype) : prev_(autocast_dtype()) { set_autocast_dtype(dtype); }
-  ~AutocastGuard() { set_autocast_dtype(prev_); }
+  ~AutocastGuard();  // restores the dtype it found (never throws)
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 

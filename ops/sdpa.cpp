@@ -186,9 +186,9 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
   if (mask_grad) inputs.push_back(*opts.mask);
   if (any_requires_grad(inputs)) {
     SavedTensor sq(q), sk(k), sv(v), so(r.out), ss(r.stats);
-    SdpaOptions saved = opts;  // keeps the mask and lengths alive for backward
+    // The options (their mask and lengths) are kept alive for backward.
     record(kOp, inputs, {&r.out},
-           [sq, sk, sv, so, ss, saved, mask_grad](const std::vector<Tensor>& g) {
+           [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
              SdpaGrads d =
                  backward_impl(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
                                g[0].contiguous(), ss.unpack(kOp), saved, mask_grad);
