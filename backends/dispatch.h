@@ -37,7 +37,8 @@ decltype(auto) dispatch_floating(DType t, F&& f) {
 template <class F>
 decltype(auto) dispatch_float(DType t, F&& f) {
   if (t == DType::Float64) return f(double{});
-  if (t != DType::Float32) fail("dispatch_float", "internal: dtype ", t, " reached a float32/float64 kernel");
+  if (t != DType::Float32)
+    fail("dispatch_float", "internal: dtype ", t, " reached a float32/float64 kernel");
   return f(float{});
 }
 
