@@ -6,7 +6,6 @@
 #pragma once
 #include <initializer_list>
 #include <memory>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,19 +40,12 @@ inline bool any_half(std::initializer_list<const View*> views) {
   return false;
 }
 
-// Runs kernel(f) with a fresh HalfAsFloat f, then f.done(): a kernel's 16-bit entry in one
-// statement, `return with_float32(*this, kCPU, [&](HalfAsFloat& f) { k(f.in(x), f.out(y)); });`
+// Runs kernel(f) with a fresh HalfAsFloat f, then f.done() (backends/half_kernels.h).
 template <class F>
-auto with_float32(Backend& backend, Device device, F&& kernel) {
+void with_float32(Backend& backend, Device device, F&& kernel) {
   HalfAsFloat f(backend, device);
-  if constexpr (std::is_void_v<decltype(kernel(f))>) {
-    kernel(f);
-    f.done();
-  } else {
-    auto result = kernel(f);
-    f.done();
-    return result;
-  }
+  kernel(f);
+  f.done();
 }
 
 }  // namespace tg

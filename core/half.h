@@ -5,6 +5,7 @@
 // and on CUDA devices, and branch-light so that loops over them vectorize.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/host_device.h"
@@ -13,20 +14,16 @@ namespace tg {
 
 namespace half_bits {
 
-TG_HD inline uint32_t float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  return __builtin_bit_cast(uint32_t, f);
-#endif
+// The bits of a value as another type of the same size (std::bit_cast, on devices too).
+template <class To, class From>
+TG_HD inline To bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From));
+  To t;
+  memcpy(&t, &v, sizeof(To));
+  return t;
 }
-TG_HD inline float bits_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  return __builtin_bit_cast(float, u);
-#endif
-}
+TG_HD inline uint32_t float_bits(float f) { return bit_cast<uint32_t>(f); }
+TG_HD inline float bits_float(uint32_t u) { return bit_cast<float>(u); }
 
 // bfloat16 is float's upper half: same sign and exponent, 7 of its 23 fraction bits.
 TG_HD inline uint16_t bf16_from_float(float f) {

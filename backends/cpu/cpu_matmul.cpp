@@ -6,7 +6,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_gemm.h"
-#include "backends/half_as_float.h"
+#include "backends/half_kernels.h"
 #include "core/error.h"
 
 namespace tg::cpu {
@@ -82,10 +82,7 @@ void matmul_typed(const View& a, const View& b, const View& c) {
 }  // namespace
 
 void CpuBackend::matmul(const View& a, const View& b, const View& c) {
-  if (any_half({&a, &b, &c})) {
-    return with_float32(*this, kCPU,
-                        [&](HalfAsFloat& f) { matmul(f.in(a), f.in(b), f.out(c)); });
-  }
+  if (half_kernels::matmul(*this, kCPU, a, b, c)) return;
   if (c.dtype == kFloat64) {
     matmul_typed<double>(a, b, c);
   } else {

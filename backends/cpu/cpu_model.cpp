@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/half_as_float.h"
 #include "backends/fused_math.h"
+#include "backends/half_kernels.h"
 
 namespace tg::cpu {
 
@@ -15,11 +15,7 @@ constexpr int64_t kParallelMin = 32768;  // elements below which threads cost mo
 
 bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
                                   const View& rstd) {
-  if (any_half({&x, &w})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      return rms_norm_forward(f.in(x), f.in(w), eps, f.out(y), f.out(rstd));
-    });
-  }
+  if (half_kernels::rms_norm_forward(*this, kCPU, x, w, eps, y, rstd)) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
@@ -47,11 +43,7 @@ bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, cons
 
 bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
                                    const View& dx, const View& dw) {
-  if (any_half({&x, &w})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      return rms_norm_backward(f.in(dy), f.in(x), f.in(w), f.in(rstd), f.out(dx), f.out(dw));
-    });
-  }
+  if (half_kernels::rms_norm_backward(*this, kCPU, dy, x, w, rstd, dx, dw)) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
@@ -102,11 +94,7 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
 
 bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                       const View& out) {
-  if (any_half({&x, &cos})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      return rope(f.in(x), f.in(cos), f.in(sin), seq_dim, f.out(out));
-    });
-  }
+  if (half_kernels::rope(*this, kCPU, x, cos, sin, seq_dim, out)) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t n = static_cast<int64_t>(x.sizes.size());
@@ -133,10 +121,7 @@ bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
 }
 
 bool CpuBackend::swiglu_forward(const View& x, const View& out) {
-  if (any_half({&x})) {
-    return with_float32(*this, kCPU,
-                        [&](HalfAsFloat& f) { return swiglu_forward(f.in(x), f.out(out)); });
-  }
+  if (half_kernels::swiglu_forward(*this, kCPU, x, out)) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = out.sizes.back(), rows = f ? out.numel() / f : 0;
@@ -154,11 +139,7 @@ bool CpuBackend::swiglu_forward(const View& x, const View& out) {
 }
 
 bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
-  if (any_half({&x})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      return swiglu_backward(f.in(dout), f.in(x), f.out(dx));
-    });
-  }
+  if (half_kernels::swiglu_backward(*this, kCPU, dout, x, dx)) return true;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = dout.sizes.back(), rows = f ? dout.numel() / f : 0;
@@ -181,11 +162,7 @@ bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx
 
 bool CpuBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
                             const AdamWStep& s) {
-  if (any_half({&p, &g, &m, &v})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      return adamw_step(f.inout(p), f.in(g), f.inout(m), f.inout(v), s);
-    });
-  }
+  if (half_kernels::adamw_step(*this, kCPU, p, g, m, v, s)) return true;
   dispatch_float(p.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t n = p.numel();

@@ -4,15 +4,13 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/half_as_float.h"
+#include "backends/half_kernels.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
 
 void CpuBackend::softmax(const View& x, const View& out, bool log) {
-  if (any_half({&x})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) { softmax(f.in(x), f.out(out), log); });
-  }
+  if (half_kernels::softmax(*this, kCPU, x, out, log)) return;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t c = x.sizes.back(), rows = c ? x.numel() / c : 0;
@@ -49,11 +47,7 @@ void CpuBackend::gather_rows(const View& weight, const View& ids, const View& ou
 
 // Parallel over columns, rows in index order: no races and a fixed summation order.
 void CpuBackend::scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) {
-  if (any_half({&grad})) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      scatter_add_rows(f.in(grad), ids, f.inout(grad_weight));
-    });
-  }
+  if (half_kernels::scatter_add_rows(*this, kCPU, grad, ids, grad_weight)) return;
   dispatch_float(grad.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t n = ids.numel(), d = grad_weight.sizes[1];

@@ -18,8 +18,8 @@
 #include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
+#include "backends/half_kernels.h"
 #include "backends/scalar_ops.h"
-#include "backends/sdpa_half.h"
 
 namespace tg::cpu {
 namespace {
@@ -280,10 +280,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 }  // namespace
 
 void CpuBackend::sdpa_forward(const SdpaParams& p) {
-  if (sdpa_is_half(p)) {
-    return with_float32(*this, kCPU,
-                        [&](HalfAsFloat& f) { sdpa_forward(sdpa_forward_as_float(f, p)); });
-  }
+  if (half_kernels::sdpa_forward(*this, kCPU, p)) return;
   if (p.q.dtype == kFloat64) {
     forward_typed<double>(p);
   } else {
@@ -292,11 +289,7 @@ void CpuBackend::sdpa_forward(const SdpaParams& p) {
 }
 
 void CpuBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
-  if (sdpa_is_half(p)) {
-    return with_float32(*this, kCPU, [&](HalfAsFloat& f) {
-      sdpa_backward(sdpa_backward_as_float(f, p), f.in(dout), sdpa_grads_as_float(f, g));
-    });
-  }
+  if (half_kernels::sdpa_backward(*this, kCPU, p, dout, g)) return;
   if (p.q.dtype == kFloat64) {
     backward_typed<double>(p, dout, g);
   } else {

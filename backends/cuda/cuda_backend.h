@@ -10,6 +10,7 @@ namespace tg::cuda {
 struct CudaBackend final : Backend {
   explicit CudaBackend(int device) : device(device) {}
   int device;  // the CUDA device index every method runs on
+  Device here() const { return {DeviceType::CUDA, device}; }
 
 #include "backends/backend_overrides.inc"
 };

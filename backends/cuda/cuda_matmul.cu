@@ -20,10 +20,10 @@ void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, 
   if constexpr (is_half_v<T>) {
     const float one = 1, zero = 0;
     const cudaDataType_t t = std::is_same_v<T, bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
-    check_cublas(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, t, lda, sa, b, t, ldb, sb,
-                                            &zero, c, t, ldc, sc, batch, CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmStridedBatchedEx");
+    check_cublas(
+        cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, t, lda, sa, b, t, ldb, sb, &zero, c,
+                                   t, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
   } else if constexpr (std::is_same_v<T, float>) {
     const float one = 1, zero = 0;
     check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,

@@ -4,8 +4,8 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/dispatch.h"
-#include "backends/half_as_float.h"
 #include "backends/fused_math.h"
+#include "backends/half_kernels.h"
 
 namespace tg::cuda {
 namespace {
@@ -119,11 +119,7 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, fused::Ada
 
 bool CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, const View& y,
                                    const View& rstd) {
-  if (any_half({&x, &w})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      return rms_norm_forward(f.in(x), f.in(w), eps, f.out(y), f.out(rstd));
-    });
-  }
+  if (half_kernels::rms_norm_forward(*this, here(), x, w, eps, y, rstd)) return true;
   cudaStream_t s = enter(device);
   const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
   if (!rows) return true;
@@ -139,11 +135,7 @@ bool CudaBackend::rms_norm_forward(const View& x, const View& w, double eps, con
 
 bool CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w, const View& rstd,
                                     const View& dx, const View& dw) {
-  if (any_half({&x, &w})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      return rms_norm_backward(f.in(dy), f.in(x), f.in(w), f.in(rstd), f.out(dx), f.out(dw));
-    });
-  }
+  if (half_kernels::rms_norm_backward(*this, here(), dy, x, w, rstd, dx, dw)) return true;
   cudaStream_t s = enter(device);
   const int64_t d = x.sizes.back(), rows = d ? x.numel() / d : 0;
   if (!rows) return true;
@@ -169,11 +161,7 @@ bool CudaBackend::rms_norm_backward(const View& dy, const View& x, const View& w
 
 bool CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                        const View& out) {
-  if (any_half({&x, &cos})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      return rope(f.in(x), f.in(cos), f.in(sin), seq_dim, f.out(out));
-    });
-  }
+  if (half_kernels::rope(*this, here(), x, cos, sin, seq_dim, out)) return true;
   cudaStream_t s = enter(device);
   const int64_t n = static_cast<int64_t>(x.sizes.size());
   const int64_t d = x.sizes.back(), half = d / 2, rows = d ? x.numel() / d : 0;
@@ -192,10 +180,7 @@ bool CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t 
 }
 
 bool CudaBackend::swiglu_forward(const View& x, const View& out) {
-  if (any_half({&x})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device),
-                        [&](HalfAsFloat& f) { return swiglu_forward(f.in(x), f.out(out)); });
-  }
+  if (half_kernels::swiglu_forward(*this, here(), x, out)) return true;
   cudaStream_t s = enter(device);
   const int64_t f = out.sizes.back(), n = out.numel();
   if (!n) return true;
@@ -209,11 +194,7 @@ bool CudaBackend::swiglu_forward(const View& x, const View& out) {
 }
 
 bool CudaBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
-  if (any_half({&x})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      return swiglu_backward(f.in(dout), f.in(x), f.out(dx));
-    });
-  }
+  if (half_kernels::swiglu_backward(*this, here(), dout, x, dx)) return true;
   cudaStream_t s = enter(device);
   const int64_t f = dout.sizes.back(), n = dout.numel();
   if (!n) return true;
@@ -229,11 +210,7 @@ bool CudaBackend::swiglu_backward(const View& dout, const View& x, const View& d
 
 bool CudaBackend::adamw_step(const View& p, const View& g, const View& m, const View& v,
                              const AdamWStep& st) {
-  if (any_half({&p, &g, &m, &v})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      return adamw_step(f.inout(p), f.in(g), f.inout(m), f.inout(v), st);
-    });
-  }
+  if (half_kernels::adamw_step(*this, here(), p, g, m, v, st)) return true;
   cudaStream_t s = enter(device);
   const int64_t n = p.numel();
   if (!n) return true;

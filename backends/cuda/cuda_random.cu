@@ -40,8 +40,8 @@ template <class T>
 __global__ void dropout_kernel(const T* x, T* out, float p, compute_t<T> scale, uint64_t seed,
                                uint64_t offset, int64_t n) {
   TG_GRID_STRIDE(i, n) {
-    out[i] = philox_uniform(seed, offset + i) > p ? static_cast<T>(compute_t<T>(x[i]) * scale)
-                                                  : T(0);
+    out[i] =
+        philox_uniform(seed, offset + i) > p ? static_cast<T>(compute_t<T>(x[i]) * scale) : T(0);
   }
 }
 

@@ -7,7 +7,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/dispatch.h"
-#include "backends/half_as_float.h"
+#include "backends/half_kernels.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cuda {
@@ -77,10 +77,7 @@ __global__ void scatter_add_kernel(const T* g, const int64_t* ids, const int64_t
 }  // namespace
 
 void CudaBackend::softmax(const View& x, const View& out, bool log) {
-  if (any_half({&x})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device),
-                        [&](HalfAsFloat& f) { softmax(f.in(x), f.out(out), log); });
-  }
+  if (half_kernels::softmax(*this, here(), x, out, log)) return;
   cudaStream_t s = enter(device);
   const int64_t c = x.sizes.back(), rows = c ? x.numel() / c : 0;
   if (!rows) return;
@@ -107,11 +104,7 @@ void CudaBackend::gather_rows(const View& weight, const View& ids, const View& o
 }
 
 void CudaBackend::scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) {
-  if (any_half({&grad})) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      scatter_add_rows(f.in(grad), ids, f.inout(grad_weight));
-    });
-  }
+  if (half_kernels::scatter_add_rows(*this, here(), grad, ids, grad_weight)) return;
   cudaStream_t s = enter(device);
   const int64_t n = ids.numel(), d = grad_weight.sizes[1];
   if (!n || !d) return;

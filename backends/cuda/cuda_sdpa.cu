@@ -12,8 +12,8 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_sdpa_args.cuh"
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/half_kernels.h"
 #include "backends/scalar_ops.h"
-#include "backends/sdpa_half.h"
 
 namespace tg::cuda {
 
@@ -357,10 +357,7 @@ void backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
 }  // namespace
 
 void CudaBackend::sdpa_forward(const SdpaParams& p) {
-  if (sdpa_is_half(p)) {
-    return with_float32(*this, Device(DeviceType::CUDA, device),
-                        [&](HalfAsFloat& f) { sdpa_forward(sdpa_forward_as_float(f, p)); });
-  }
+  if (half_kernels::sdpa_forward(*this, here(), p)) return;
   if (p.q.dtype == kFloat64) {
     forward_typed<double>(device, p);
   } else {
@@ -369,11 +366,7 @@ void CudaBackend::sdpa_forward(const SdpaParams& p) {
 }
 
 void CudaBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
-  if (sdpa_is_half(p)) {
-    return with_float32(*this, Device(DeviceType::CUDA, device), [&](HalfAsFloat& f) {
-      sdpa_backward(sdpa_backward_as_float(f, p), f.in(dout), sdpa_grads_as_float(f, g));
-    });
-  }
+  if (half_kernels::sdpa_backward(*this, here(), p, dout, g)) return;
   if (p.q.dtype == kFloat64) {
     backward_typed<double>(device, p, dout, g);
   } else {
