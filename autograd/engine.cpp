@@ -18,9 +18,19 @@ struct Capture {
   std::vector<Tensor> grads;
 };
 
+// A gradient that nothing else holds (neither its handle nor its storage) and that fills its
+// storage contiguously can become the leaf's .grad as it is; any other is copied, since it
+// may alias other gradients or saved tensors. PyTorch's AccumulateGrad steals the same way.
+bool can_steal(const Tensor& g) {
+  const TensorImpl* impl = g.impl();
+  return g.impl_ptr().use_count() == 1 && impl->storage.use_count() == 1 && impl->offset == 0 &&
+         g.is_contiguous() &&
+         impl->storage->bytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
+}
+
 void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
   if (!leaf->grad) {
-    leaf->grad = g.clone().impl_ptr();  // own storage: g may alias other gradients
+    leaf->grad = can_steal(g) ? g.impl_ptr() : g.clone().impl_ptr();
   } else {
     Tensor(leaf->grad).add_(g);
   }
@@ -39,7 +49,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
                   bool retain_graph, Capture* capture) {
   TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward", "got ",
            grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
-  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  NoGradGuard no_grad;                  // backward formulas are not themselves recorded
   AutocastGuard no_autocast(kFloat32);  // gradients keep the dtypes the forward chose
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<Node*> roots;
@@ -130,6 +140,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
         for (auto [out_nr, idx] : s->second) capture->grads[idx] = grads[out_nr];
     }
     std::vector<Tensor> in_grads = node->backward(grads);
+    grads.clear();  // no longer held here: a leaf can take an input gradient that is a view of them
     TG_CHECK(in_grads.size() == node->next.size(), "backward", "internal: backward of '",
              node->name, "' returned ", in_grads.size(), " gradients for ", node->next.size(),
              " inputs");

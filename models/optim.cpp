@@ -94,20 +94,19 @@ void AdamW::step() {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   TG_CHECK(max_norm > 0, "clip_grad_norm", "argument 'max_norm' must be positive, got ", max_norm);
   NoGradGuard no_grad;
-  // The squares summed per device in float64 and read back once per device: one host sync
-  // per step on a GPU instead of one per parameter.
+  // The squares summed per device in float64 (one pass over each gradient) and read back
+  // once per device: one host sync per step on a GPU instead of one per parameter.
   std::vector<Tensor> per_device;
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor s = sum(mul(g, g).to(kFloat64));
     auto same = std::find_if(per_device.begin(), per_device.end(),
-                             [&](const Tensor& t) { return t.device() == s.device(); });
+                             [&](const Tensor& t) { return t.device() == g.device(); });
     if (same == per_device.end()) {
-      per_device.push_back(s);
-    } else {
-      *same = add(*same, s);
+      per_device.push_back(zeros({}, TensorOptions(kFloat64).device(g.device())));
+      same = per_device.end() - 1;
     }
+    add_sum_of_squares_(*same, g);
   }
   double total = 0;
   for (const Tensor& t : per_device) total += t.item<double>();

@@ -1,6 +1,6 @@
 #include "autograd/autograd.h"
-#include "ops/linalg.h"
 #include "ops/autocast.h"
+#include "ops/linalg.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 
@@ -12,6 +12,14 @@ namespace {
 Tensor gemm_ready(const Tensor& t) {
   View v = detail::view_of(t);
   return (gemm_row_major(v) || gemm_col_major(v)) ? t : t.contiguous();
+}
+
+// A transposed matrix (a weight used as W^T): its gradient is computed as the transpose of a
+// row-major product, so that it has the operand's own layout and W's gradient arrives
+// contiguous (no copy when it becomes W.grad).
+bool transposed(const Tensor& t) {
+  const View v = detail::view_of(t);
+  return gemm_col_major(v) && !gemm_row_major(v);
 }
 
 // Both operands at least 2-D.
@@ -35,10 +43,17 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
     SavedTensor sva(b.requires_grad() ? a : Tensor()), svb(a.requires_grad() ? b : Tensor());
     record("matmul", {a, b}, {&c},
            [sva, svb, ra = a.requires_grad(), rb = b.requires_grad(), sza = a.sizes(),
-            szb = b.sizes()](const std::vector<Tensor>& g) {
+            szb = b.sizes(), ta = transposed(a), tb = transposed(b)](const std::vector<Tensor>& g) {
              std::vector<Tensor> r(2);
-             if (ra) r[0] = sum_to(matmul(g[0], svb.unpack("matmul").transpose(-1, -2)), sza);
-             if (rb) r[1] = sum_to(matmul(sva.unpack("matmul").transpose(-1, -2), g[0]), szb);
+             const auto t = [](const Tensor& x) { return x.transpose(-1, -2); };
+             if (ra) {
+               const Tensor other = svb.unpack("matmul");
+               r[0] = sum_to(ta ? t(matmul(other, t(g[0]))) : matmul(g[0], t(other)), sza);
+             }
+             if (rb) {
+               const Tensor self = sva.unpack("matmul");
+               r[1] = sum_to(tb ? t(matmul(t(g[0]), self)) : matmul(t(self), g[0]), szb);
+             }
              return r;
            });
   }

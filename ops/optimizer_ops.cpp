@@ -6,6 +6,7 @@
 #include "ops/elementwise.h"
 #include "ops/fused_kernels.h"
 #include "ops/op_util.h"
+#include "ops/reduce.h"
 
 namespace tg {
 
@@ -46,6 +47,29 @@ void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamW
     if (!fused) adamw_update_composite(p, gc, m, v, s);
   }
   for (Tensor* t : {&p, &m, &v}) t->impl()->storage->bump_version();
+}
+
+void add_sum_of_squares_(Tensor& acc, const Tensor& x) {
+  const char* op = "add_sum_of_squares_";
+  detail::check_defined(acc, op, "acc");
+  detail::check_defined(x, op, "x");
+  detail::check_floating(x, op, "x");
+  detail::check_dtype(acc, kFloat64, op, "acc");
+  detail::check_same_device(x, acc, op, "acc");
+  TG_CHECK(acc.dim() == 0, op, "argument 'acc' must be a scalar (0-d), got shape ",
+           shape_str(acc.sizes()));
+  TG_CHECK(!(grad_enabled() && acc.requires_grad()), op,
+           "in-place update of a tensor that requires grad while grad mode is on");
+  if (!x.numel()) return;
+  const Tensor xc = x.detach().contiguous();
+  const bool fused = fused_kernels() &&
+                     detail::backend_of(x).sum_squares(detail::view_of(xc), detail::view_of(acc));
+  if (fused) {
+    acc.impl()->storage->bump_version();
+  } else {
+    const Tensor wide = xc.to(kFloat64);
+    acc.add_(sum(mul(wide, wide)));
+  }
 }
 
 }  // namespace tg

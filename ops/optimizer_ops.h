@@ -11,4 +11,9 @@ namespace tg {
 // device; p, m and v must be contiguous.
 void adamw_update_(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s);
 
+// acc += sum(x^2), squares and sum in float64: gradient clipping's norm in one pass over x
+// instead of a square, a widening copy and a sum. acc is a float64 scalar on x's device; x
+// any floating tensor. Not recorded on the tape.
+void add_sum_of_squares_(Tensor& acc, const Tensor& x);
+
 }  // namespace tg

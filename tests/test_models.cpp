@@ -455,6 +455,45 @@ TEST_CASE("adamw_update_: the fused kernel and the composite update agree") {
   tgtest::check_close(v.to_vector<double>(), v2.to_vector<double>(), 1e-15);
 }
 
+TEST_CASE("add_sum_of_squares_: float64 sums, the same on any thread count, and its errors") {
+  // 40,000 float32 elements (three of the kernel's chunks) against a sum in long double. A
+  // float's square is exact in float64, so only the sum rounds: n positive terms in any order
+  // stay within (n - 1) u = 4.4e-12 relative (a float32 sum would be off by ~1e-5).
+  Tensor x = rnd({200, 200}, 61, -3, 3).to(kFloat32);
+  long double want = 0;
+  for (float v : x.to_vector<float>()) want += static_cast<long double>(v) * v;
+  const int threads_before = get_num_threads();
+  std::vector<double> by_threads;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    Tensor acc = full({}, 0.5, kFloat64);
+    add_sum_of_squares_(acc, x.transpose(0, 1));  // strided: read contiguously first
+    const double bound = 4.5e-12;
+    CHECK(acc.item<double>() == doctest::Approx(static_cast<double>(want) + 0.5).epsilon(bound));
+    Tensor composite = full({}, 0.5, kFloat64);
+    {
+      FusedKernelsGuard off(false);
+      add_sum_of_squares_(composite, x.transpose(0, 1));
+    }
+    CHECK(composite.item<double>() == doctest::Approx(acc.item<double>()).epsilon(2 * bound));
+    by_threads.push_back(acc.item<double>());
+  }
+  set_num_threads(threads_before);
+  CHECK(by_threads[0] == by_threads[1]);
+  Tensor acc16 = zeros({}, kFloat64);
+  add_sum_of_squares_(acc16, full({3}, 3.0, kBFloat16));
+  CHECK(acc16.item<double>() == 27.0);
+  Tensor acc = zeros({}, kFloat64);
+  tgtest::check_throws_with_prefix([&] { add_sum_of_squares_(acc, ones({2}, kInt64)); },
+                                   "[add_sum_of_squares_]", "floating");
+  Tensor f32 = zeros({}, kFloat32), vec = zeros({1}, kFloat64);
+  tgtest::check_throws_with_prefix([&] { add_sum_of_squares_(f32, x); }, "[add_sum_of_squares_]",
+                                   "float64");
+  tgtest::check_throws_with_prefix([&] { add_sum_of_squares_(vec, x); }, "[add_sum_of_squares_]",
+                                   "scalar (0-d), got shape [1]");
+}
+
 TEST_CASE("kernel profiling counts kernels by kind while on") {
   reset_kernel_profile();
   set_kernel_profiling(true);

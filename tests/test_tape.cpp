@@ -30,6 +30,29 @@ TEST_CASE("a gradient used twice is summed; the grad does not alias other tensor
   CHECK(a.grad().to_vector<double>() == std::vector<double>{3, 3});
 }
 
+TEST_CASE("a weight used transposed gets its gradient in its own layout, without a copy") {
+  Tensor x = rnd({5, 3}, 1), w = rnd({4, 3}, 2).requires_grad_();
+  Tensor y = matmul(x, w.transpose(0, 1));
+  Tensor gy = rnd({5, 4}, 3);
+  reset_kernel_profile();
+  set_kernel_profiling(true);
+  y.backward(gy);
+  set_kernel_profiling(false);
+  auto prof = kernel_profile();
+  CHECK(prof["matmul"].calls == 1);
+  CHECK(prof["copy"].calls == 0);  // neither a transposed product nor a clone into .grad
+  CHECK(w.grad().is_contiguous());
+  tgtest::check_close(w.grad().to_vector<double>(),
+                      matmul(gy.transpose(0, 1), x).to_vector<double>(), 1e-15);
+  // A gradient the caller still holds is copied, never adopted: changing it later leaves
+  // .grad alone.
+  Tensor v = rnd({4, 3}, 4).requires_grad_(), gv = rnd({4, 3}, 5);
+  v.reshape({12}).reshape({4, 3}).backward(gv);
+  const std::vector<double> before = gv.to_vector<double>();
+  gv.mul_(2.0);
+  CHECK(v.grad().to_vector<double>() == before);
+}
+
 TEST_CASE("backward on a non-scalar needs a gradient") {
   Tensor x = ones({2, 3}, kFloat64).requires_grad_();
   Tensor y = mul(x, 2.0);

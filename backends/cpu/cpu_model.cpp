@@ -1,9 +1,11 @@
 // Fused kernels of the transformer's own ops: RMSNorm forward and backward, RoPE, SwiGLU,
-// AdamW.
+// AdamW and the sum of squares of gradient clipping.
 // Each replaces a chain of elementwise passes by one pass over memory.
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/dispatch.h"
 #include "backends/fused_math.h"
 #include "backends/half_kernels.h"
 
@@ -173,6 +175,32 @@ bool CpuBackend::adamw_step(const View& p, const View& g, const View& m, const V
     const fused::AdamWConstants<T> c(s);
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) fused::adamw_update(pp[i], gp[i], mp[i], vp[i], c);
+  });
+  return true;
+}
+
+bool CpuBackend::sum_squares(const View& x, const View& acc) {
+  dispatch_floating(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    // Fixed chunks summed in chunk order: the same result on any number of threads.
+    constexpr int64_t kChunk = 16384;
+    const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+    const T* xp = static_cast<const T*>(x.data);
+    std::vector<double> part(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t end = std::min(n, (c + 1) * kChunk);
+      double s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = c * kChunk; i < end; ++i) {
+        const double v = static_cast<double>(static_cast<compute_t<T>>(xp[i]));
+        s += v * v;
+      }
+      part[static_cast<size_t>(c)] = s;
+    }
+    double total = 0;
+    for (double s : part) total += s;
+    *static_cast<double*>(acc.data) += total;
   });
   return true;
 }

@@ -224,4 +224,7 @@ bool CudaBackend::adamw_step(const View& p, const View& g, const View& m, const 
   return true;
 }
 
+// Not written for CUDA yet: clip_grad_norm runs its composite (square, widen, sum) here.
+bool CudaBackend::sum_squares(const View&, const View&) { return false; }
+
 }  // namespace tg::cuda
