@@ -101,7 +101,9 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
     Tensor cos_t, sin_t;
     rope_tables(x, seq, opts, cos_t, sin_t);
     if (!fused_kernels()) return rope_composite(x, cos_t, sin_t, seq);
-    Tensor xc = x.detach().contiguous();
+    // Rows at any strides (the heads of a packed projection, a transposed gradient) are read
+    // in place; only the pairs must be adjacent.
+    Tensor xc = x.strides().back() == 1 ? x.detach() : x.detach().contiguous();
     if (!detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t),
                                     detail::view_of(sin_t), seq, detail::view_of(out))) {
       return rope_composite(x, cos_t, sin_t, seq);

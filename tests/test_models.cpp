@@ -409,23 +409,28 @@ TEST_CASE("fused kernels match their composite formulas, values and gradients") 
        false},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.name);
-    // A strided x (its last two dims transposed) for the comparison, a small one to gradcheck.
-    std::vector<Tensor> inputs = {rnd({2, 3, 6, 4}, 41, -2, 2).transpose(2, 3)};
-    std::vector<Tensor> small = {leaf(rnd({2, 3, 4}, 43))};
-    if (c.weight) {
-      inputs.push_back(rnd({6}, 42));
-      small.push_back(leaf(rnd({4}, 44)));
+    for (bool rows_strided : {false, true}) {
+      CAPTURE(c.name);
+      CAPTURE(rows_strided);
+      // A strided x (its last two dims transposed, or strided rows with adjacent elements) for
+      // the comparison, a small one to gradcheck.
+      std::vector<Tensor> inputs = {rows_strided ? rnd({2, 4, 3, 6}, 40, -2, 2).transpose(1, 2)
+                                                 : rnd({2, 3, 6, 4}, 41, -2, 2).transpose(2, 3)};
+      std::vector<Tensor> small = {leaf(rnd({2, 3, 4}, 43))};
+      if (c.weight) {
+        inputs.push_back(rnd({6}, 42));
+        small.push_back(leaf(rnd({4}, 44)));
+      }
+      std::vector<double> fused = value_and_grads(c.f, inputs), composite;
+      {
+        FusedKernelsGuard off(false);
+        CHECK_FALSE(fused_kernels());
+        composite = value_and_grads(c.f, inputs);
+        if (!rows_strided) CHECK_GRADCHECK(c.f, small);
+      }
+      CHECK(fused_kernels());
+      tgtest::check_close(fused, composite, 1e-12);
     }
-    std::vector<double> fused = value_and_grads(c.f, inputs), composite;
-    {
-      FusedKernelsGuard off(false);
-      CHECK_FALSE(fused_kernels());
-      composite = value_and_grads(c.f, inputs);
-      CHECK_GRADCHECK(c.f, small);
-    }
-    CHECK(fused_kernels());
-    tgtest::check_close(fused, composite, 1e-12);
   }
   // The fused backward functions themselves, against their composite formulas.
   Tensor x = rnd({3, 8}, 45), g = rnd({3, 8}, 46), w = rnd({8}, 47);

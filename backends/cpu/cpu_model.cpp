@@ -111,7 +111,12 @@ bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
 #pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pos = (r / per_pos) % len;
-      const T* xr = xp + r * d;
+      int64_t at = 0;  // x's rows may have any strides (a head view of a packed projection)
+      for (int64_t k = n - 2, rest = r; k >= 0; --k) {
+        at += (rest % x.sizes[k]) * x.strides[k];
+        rest /= x.sizes[k];
+      }
+      const T* xr = xp + at;
       const T* c = cp + pos * half;
       const T* s = sp + pos * half;
       T* o = op + r * d;

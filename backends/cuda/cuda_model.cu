@@ -83,13 +83,15 @@ __global__ void rms_backward_dw_final(const double* partial, int64_t chunks, int
 }
 
 template <class T>
-__global__ void rope_kernel(const T* x, const T* cs, const T* sn, T* out, int64_t pairs,
-                            int64_t half, int64_t per_pos, int64_t len) {
+__global__ void rope_kernel(const T* x, Offsets<1> rows, const T* cs, const T* sn, T* out,
+                            int64_t pairs, int64_t half, int64_t per_pos, int64_t len) {
   TG_GRID_STRIDE(e, pairs) {
     const int64_t r = e / half, i = e % half;
     const int64_t pos = (r / per_pos) % len;
+    int64_t at[1];  // x's rows may have any strides; out is contiguous
+    rows.at(r, at);
     const T c = cs[pos * half + i], s = sn[pos * half + i];
-    fused::rope_rotate(x[2 * e], x[2 * e + 1], c, s, out[2 * e], out[2 * e + 1]);
+    fused::rope_rotate(x[at[0] + 2 * i], x[at[0] + 2 * i + 1], c, s, out[2 * e], out[2 * e + 1]);
   }
 }
 
@@ -168,10 +170,13 @@ bool CudaBackend::rope(const View& x, const View& cos, const View& sin, int64_t 
   if (!rows || !half) return true;
   int64_t per_pos = 1;  // rows between consecutive positions
   for (int64_t i = seq_dim + 1; i < n - 1; ++i) per_pos *= x.sizes[i];
+  const Shape row_sizes(x.sizes.begin(), x.sizes.end() - 1);
+  const Shape row_strides(x.strides.begin(), x.strides.end() - 1);
+  const Offsets<1> row_offsets = make_offsets<1>(row_sizes, {&row_strides});
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
     rope_kernel<<<grid_for(rows * half), kThreads, 0, s>>>(
-        static_cast<const T*>(x.data), static_cast<const T*>(cos.data),
+        static_cast<const T*>(x.data), row_offsets, static_cast<const T*>(cos.data),
         static_cast<const T*>(sin.data), static_cast<T*>(out.data), rows * half, half, per_pos,
         x.sizes[seq_dim]);
   });
