@@ -12,7 +12,8 @@ namespace tg {
 struct SdpaParams {
   // q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), any strides.
   View q, k, v;
-  // out (B, Hq, Sq, Dv) and stats (B, Hq, Sq) contiguous.
+  // out (B, Hq, Sq, Dv) any strides (tg::sdpa lays it out as (B, Sq, Hq, Dv)); stats
+  // (B, Hq, Sq) contiguous.
   View out, stats;
   // Optional (data == nullptr when absent): mask broadcast to (B, Hq, Sq, Skv) by its strides
   // (float: added; bool: true = attend); seq_len_q / seq_len_kv int64 (B).
@@ -37,7 +38,7 @@ struct SdpaParams {
   int64_t align_shift() const { return bottom_right ? len_kv() - len_q() : 0; }
 };
 
-// Gradients an SDPA backward writes: dq/dk/dv shaped like q/k/v, contiguous; dscores
+// Gradients an SDPA backward writes: dq/dk/dv shaped like q/k/v, any strides; dscores
 // (B, Hq, Sq, Skv) contiguous when the float mask needs its gradient, else data == nullptr.
 struct SdpaGradViews {
   View dq, dk, dv, dscores;

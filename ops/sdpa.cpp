@@ -108,7 +108,9 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     return {zeros({B, Hq, Sq, v.size(3)}, q.options()),
             full({B, Hq, Sq, 1}, -INFINITY, q.options().dtype(compute_dtype(q.dtype())))};
   }
-  Tensor out = empty({B, Hq, Sq, v.size(3)}, q.options());
+  // (B, Sq, Hq, Dv) in memory, as PyTorch's fused kernels return it: merging the heads
+  // afterwards (out.transpose(1, 2).reshape({B, Sq, Hq * Dv})) is then a view, not a copy.
+  Tensor out = empty({B, Sq, Hq, v.size(3)}, q.options()).transpose(1, 2);
   Tensor stats = empty({B, Hq, Sq, 1}, q.options().dtype(compute_dtype(q.dtype())));
   p.out = detail::view_of(out);
   p.stats = detail::view_of(stats);
@@ -117,6 +119,10 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 
 namespace {
+
+// The kernels read every operand through its strides; rows of adjacent elements keep their
+// inner loops fast. The gradient of merged heads (B, S, H, D) arrives as such a view.
+Tensor rows_ready(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
 
 // The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.
 SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -191,7 +197,7 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
            [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
              SdpaGrads d =
                  backward_impl(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
-                               g[0].contiguous(), ss.unpack(kOp), saved, mask_grad);
+                               rows_ready(g[0]), ss.unpack(kOp), saved, mask_grad);
              std::vector<Tensor> r{d.dq, d.dk, d.dv};
              if (mask_grad) r.push_back(d.dmask);
              return r;

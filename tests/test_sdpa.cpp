@@ -262,6 +262,16 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
     };
     CHECK_GRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
   }
+  SUBCASE("heads merged as a transformer does: a view, and a strided output gradient") {
+    // out is (B, Sq, Hq, Dv) in memory, so merging its heads copies nothing.
+    CHECK(sdpa(q, k, v).out.transpose(1, 2).is_contiguous());
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.causal = true;
+      return sdpa(x[0], x[1], x[2], o).out.transpose(1, 2).reshape({1, 5, 6});
+    };
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v}));
+  }
 }
 
 TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
