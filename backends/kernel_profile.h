@@ -17,8 +17,9 @@ struct KernelTime {
   int64_t calls = 0;
 };
 
-// Kinds: matmul, sdpa, elementwise (unary, binary, where, fill, arange), reduce, copy,
-// random (rand, dropout), rows (gather, scatter-add), norm (RMSNorm), rope, swiglu,
+// Kinds: matmul, sdpa, elementwise (unary, binary, where, fill, arange), reduce (and the
+// sum of squares of gradient clipping), copy, random (rand, dropout), rows (gather,
+// scatter-add), softmax (softmax, log_softmax, cross-entropy), norm (RMSNorm), rope, swiglu,
 // optimizer (fused AdamW), transfer (host <-> device).
 void set_kernel_profiling(bool on);
 bool kernel_profiling();

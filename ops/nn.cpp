@@ -1,9 +1,9 @@
 #include "ops/nn.h"
 
 #include "autograd/autograd.h"
+#include "ops/autocast.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
-#include "ops/autocast.h"
 #include "ops/fused_kernels.h"
 #include "ops/join.h"
 #include "ops/op_util.h"
@@ -211,6 +211,50 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return out;
 }
 
+namespace {
+
+// Per-row losses (0 on ignored rows) as composed ops: log_softmax picked by a one-hot of the
+// targets. The reference the fused kernels are tested against, and what runs without them.
+Tensor nll_rows_composite(const Tensor& x, const Tensor& safe, const Tensor& valid) {
+  const int64_t classes = x.sizes().back();
+  Tensor classes_iota =
+      arange(static_cast<double>(classes), TensorOptions(kInt64).device(x.device()));
+  Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
+  Tensor nll = neg(sum(where(pick, log_softmax(x, -1), 0.0), {-1}));
+  return where(valid, nll, 0.0);
+}
+
+// The same losses in one pass over the logits, and their gradient in one more, from the rows'
+// logsumexp saved by the forward. Undefined where the backend lacks the kernels.
+Tensor nll_rows_fused(const Tensor& x, const Tensor& targets, int64_t ignore_index) {
+  const Tensor xc = x.detach().contiguous(), tc = targets.contiguous();
+  Tensor loss = Tensor::empty_like_shape(targets.sizes(), x.dtype(), x.device());
+  Tensor lse = Tensor::empty_like_shape(targets.sizes(), x.dtype(), x.device());
+  if (loss.numel() && !detail::backend_of(x).cross_entropy_forward(
+                          detail::view_of(xc), detail::view_of(tc), ignore_index,
+                          detail::view_of(loss), detail::view_of(lse))) {
+    return Tensor();
+  }
+  if (any_requires_grad({x})) {
+    SavedTensor sx(xc), st(tc), sl(lse);
+    record("cross_entropy", {x}, {&loss}, [sx, st, sl, ignore_index](const std::vector<Tensor>& g) {
+      const Tensor xs = sx.unpack("cross_entropy"), gc = g[0].contiguous();
+      Tensor dx = Tensor::empty_like_shape(xs.sizes(), xs.dtype(), xs.device());
+      const bool ran =
+          !dx.numel() ||
+          detail::backend_of(xs).cross_entropy_backward(
+              detail::view_of(gc), detail::view_of(xs), detail::view_of(st.unpack("cross_entropy")),
+              detail::view_of(sl.unpack("cross_entropy")), ignore_index, detail::view_of(dx));
+      TG_CHECK(ran, "cross_entropy",
+               "internal: the backend ran the fused forward, not its backward");
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return loss;
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& input, const Tensor& targets, CrossEntropyOptions opts) {
   detail::check_defined(input, "cross_entropy", "logits");
   const Tensor logits = detail::autocast_float32(input);
@@ -227,12 +271,10 @@ Tensor cross_entropy(const Tensor& input, const Tensor& targets, CrossEntropyOpt
   Tensor valid = ne(targets, static_cast<double>(opts.ignore_index));
   Tensor safe = where(valid, targets, 0.0);
   check_ids_in_range(safe, classes, "cross_entropy", "targets");
-  Tensor classes_iota =
-      arange(static_cast<double>(classes), TensorOptions(kInt64).device(logits.device()));
-  Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
   return detail::in_compute_dtype(logits, [&](const Tensor& x) {
-    Tensor nll = neg(sum(where(pick, log_softmax(x, -1), 0.0), {-1}));
-    Tensor losses = where(valid, nll, 0.0);
+    Tensor losses;
+    if (fused_kernels() && classes > 0) losses = nll_rows_fused(x, targets, opts.ignore_index);
+    if (!losses.defined()) losses = nll_rows_composite(x, safe, valid);
     switch (opts.reduction) {
       case Reduction::None:
         return losses;

@@ -389,6 +389,19 @@ std::vector<double> value_and_grads(const Fn& f, const std::vector<Tensor>& inpu
 }
 }  // namespace
 
+namespace {
+// cross_entropy of logits (..., C) against fixed targets, every fifth one ignored.
+Tensor some_targets(const Tensor& logits, Reduction reduction) {
+  const Shape batch(logits.sizes().begin(), logits.sizes().end() - 1);
+  const int64_t classes = logits.sizes().back();
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < numel_of(batch); ++i) t.push_back(i % 5 == 3 ? -100 : (7 * i) % classes);
+  CrossEntropyOptions o;
+  o.reduction = reduction;
+  return cross_entropy(logits, from_vector(t, batch), o);
+}
+}  // namespace
+
 TEST_CASE("fused kernels match their composite formulas, values and gradients") {
   RopeOptions bshd;  // (B, S, H, D) with an offset
   bshd.seq_dim = -3;
@@ -407,6 +420,10 @@ TEST_CASE("fused kernels match their composite formulas, values and gradients") 
       {"rope", [](const std::vector<Tensor>& in) { return rope(in[0]); }, false},
       {"rope (B, S, H, D)", [bshd](const std::vector<Tensor>& in) { return rope(in[0], bshd); },
        false},
+      {"cross_entropy, per row",
+       [](const std::vector<Tensor>& in) { return some_targets(in[0], Reduction::None); }, false},
+      {"cross_entropy, mean",
+       [](const std::vector<Tensor>& in) { return some_targets(in[0], Reduction::Mean); }, false},
   };
   for (const Case& c : cases) {
     for (bool rows_strided : {false, true}) {

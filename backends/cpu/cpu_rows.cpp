@@ -1,5 +1,6 @@
-// Row-wise kernels: softmax, and the row gather and scatter-add of embedding forward and
-// backward.
+// Row-wise kernels: softmax, cross-entropy forward and backward, and the row gather and
+// scatter-add of embedding forward and backward.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,20 @@
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
+
+namespace {
+// log(sum(exp(x - m))) + m over a row, m its max (0 when not finite): a row of -inf gives
+// NaN, as the composed formula does.
+template <class T>
+T row_logsumexp(const T* x, int64_t c) {
+  T m = -INFINITY;
+  for (int64_t i = 0; i < c; ++i) m = x[i] > m ? x[i] : m;
+  if (!std::isfinite(m)) m = 0;
+  T sum = 0;
+  for (int64_t i = 0; i < c; ++i) sum += scalar::exp_any(x[i] - m);
+  return std::log(sum) + m;
+}
+}  // namespace
 
 void CpuBackend::softmax(const View& x, const View& out, bool log) {
   if (half_kernels::softmax(*this, kCPU, x, out, log)) return;
@@ -20,12 +35,7 @@ void CpuBackend::softmax(const View& x, const View& out, bool log) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * c;
       T* o = op + r * c;
-      T m = -INFINITY;
-      for (int64_t i = 0; i < c; ++i) m = xr[i] > m ? xr[i] : m;
-      if (!std::isfinite(m)) m = 0;
-      T sum = 0;
-      for (int64_t i = 0; i < c; ++i) sum += scalar::exp_any(xr[i] - m);
-      const T lse = std::log(sum) + m;
+      const T lse = row_logsumexp(xr, c);
       if (log) {
         for (int64_t i = 0; i < c; ++i) o[i] = xr[i] - lse;
       } else {
@@ -33,6 +43,52 @@ void CpuBackend::softmax(const View& x, const View& out, bool log) {
       }
     }
   });
+}
+
+bool CpuBackend::cross_entropy_forward(const View& logits, const View& targets,
+                                       int64_t ignore_index, const View& loss, const View& lse) {
+  dispatch_float(logits.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t c = logits.sizes.back(), rows = loss.numel();
+    const T* xp = static_cast<const T*>(logits.data);
+    const int64_t* tp = static_cast<const int64_t*>(targets.data);
+    T* lp = static_cast<T*>(loss.data);
+    T* sp = static_cast<T*>(lse.data);
+#pragma omp parallel for schedule(static) if (rows * c > 32768)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * c;
+      sp[r] = row_logsumexp(xr, c);
+      lp[r] = tp[r] == ignore_index ? T(0) : sp[r] - xr[tp[r]];
+    }
+  });
+  return true;
+}
+
+bool CpuBackend::cross_entropy_backward(const View& dloss, const View& logits, const View& targets,
+                                        const View& lse, int64_t ignore_index,
+                                        const View& dlogits) {
+  dispatch_float(logits.dtype, [&](auto t) {
+    using T = decltype(t);
+    const int64_t c = logits.sizes.back(), rows = dloss.numel();
+    const T* gp = static_cast<const T*>(dloss.data);
+    const T* xp = static_cast<const T*>(logits.data);
+    const int64_t* tp = static_cast<const int64_t*>(targets.data);
+    const T* sp = static_cast<const T*>(lse.data);
+    T* dp = static_cast<T*>(dlogits.data);
+#pragma omp parallel for schedule(static) if (rows * c > 32768)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* __restrict xr = xp + r * c;
+      T* __restrict d = dp + r * c;
+      if (tp[r] == ignore_index) {
+        std::fill(d, d + c, T(0));
+        continue;
+      }
+      const T g = gp[r], l = sp[r];
+      for (int64_t i = 0; i < c; ++i) d[i] = g * scalar::exp_any(xr[i] - l);
+      d[tp[r]] -= g;
+    }
+  });
+  return true;
 }
 
 void CpuBackend::gather_rows(const View& weight, const View& ids, const View& out) {
