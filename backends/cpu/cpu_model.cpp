@@ -28,7 +28,8 @@ bool CpuBackend::rms_norm_forward(const View& x, const View& w, double eps, cons
 #pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * d;
-      double ss = 0;
+      double ss = 0;  // vector lanes of partial sums: a fixed order, the same on any thread count
+#pragma omp simd reduction(+ : ss)
       for (int64_t c = 0; c < d; ++c) ss += static_cast<double>(xr[c]) * xr[c];
       const T rs = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
       rp[r] = rs;
@@ -60,8 +61,10 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
       const T* xr = xp + r * d;
       double dot = 0;
       if (wp) {
+#pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * wp[c] * xr[c];
       } else {
+#pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * xr[c];
       }
       const T rs = rp[r];
