@@ -1,5 +1,8 @@
 #include "backends/half_as_float.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace tg {
 
 namespace {
@@ -9,12 +12,29 @@ View distinct(View v) {
     if (v.strides[d] == 0) v.sizes[d] = 1;
   return v;
 }
+
+// Dense strides for sizes, laid out in the memory order of `like` (its dims sorted by stride,
+// largest first; ties keep their order): a transposed operand gets a transposed buffer, so the
+// conversion reads and writes in sequence instead of gathering across rows.
+Shape strides_in_order_of(const Shape& sizes, const Shape& like) {
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return like[a] > like[b]; });
+  Shape strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = stride;
+    stride *= sizes[order[i]];
+  }
+  return strides;
+}
 }  // namespace
 
 View HalfAsFloat::buffer_like(const View& v) {
   View f = distinct(v);
   f.dtype = kFloat32;
-  f.strides = contiguous_strides(f.sizes);
+  f.strides = strides_in_order_of(f.sizes, v.strides);
   buffers_.push_back(std::make_unique<Storage>(f.numel() * sizeof(float), device_));
   f.data = buffers_.back()->data();
   for (size_t d = 0; d < v.sizes.size(); ++d)

@@ -230,6 +230,50 @@ TEST_CASE("reductions, softmax and matmul accumulate 16-bit inputs in float32, r
   }
 }
 
+TEST_CASE("a large 16-bit matmul in blocks of rows: within float32's error, rounded once") {
+  // K = 4096 makes the CPU's 16-bit GEMM widen `a` and `c` 256 rows at a time: 300 rows are two
+  // blocks. Against float64 on the same values: the float32 sum's error (K u32 sum|a||b|) and
+  // one rounding to 16 bits (u |ref|).
+  for (DType h : {kBFloat16, kFloat16}) {
+    for (bool transposed : {false, true}) {
+      CAPTURE(h);
+      CAPTURE(transposed);
+      Tensor a = transposed ? tgtest::rnd({4096, 300}, 31).to(h).transpose(0, 1)
+                            : tgtest::rnd({300, 4096}, 31).to(h);
+      Tensor b = tgtest::rnd({4096, 8}, 32).to(h);
+      const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64);
+      const std::vector<double> got = matmul(a, b).to(kFloat64).to_vector<double>();
+      const std::vector<double> ref = matmul(a64, b64).to_vector<double>();
+      const std::vector<double> mag = matmul(abs(a64), abs(b64)).to_vector<double>();
+      const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
+      for (size_t e = 0; e < ref.size(); ++e) {
+        INFO("element " << e);
+        CHECK(std::abs(got[e] - ref[e]) <= u * std::abs(ref[e]) + 4096 * 0x1p-24 * mag[e]);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "fused SwiGLU and RoPE on 16-bit tensors: the float32 result on the same values, rounded "
+    "once") {
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.to(kFloat64).to_vector<double>() == b.to(kFloat64).to_vector<double>();
+  };
+  for (DType h : {kBFloat16, kFloat16}) {
+    CAPTURE(h);
+    Tensor x = tgtest::rnd({6, 20}, 21, -3, 3).to(h), g = tgtest::rnd({6, 10}, 22).to(h);
+    const Tensor x32 = x.to(kFloat32), g32 = g.to(kFloat32);
+    CHECK(same(swiglu(x), swiglu(x32).to(h)));
+    CHECK(same(swiglu_backward(g, x), swiglu_backward(g32, x32).to(h)));
+    // (B, S, H, D) heads read at their strides from (B, H, S, D) memory.
+    Tensor q = tgtest::rnd({2, 3, 5, 8}, 23).to(h).transpose(1, 2);
+    RopeOptions o;
+    o.seq_dim = 1;
+    CHECK(same(rope(q, o), rope(q.to(kFloat32), o).to(h)));
+  }
+}
+
 TEST_CASE("autocast: matmul and sdpa in the low precision, norms, softmax and losses in float32") {
   Tensor x = tgtest::rnd({4, 8}, 21).to(kFloat32).requires_grad_();
   Tensor w = tgtest::rnd({8, 6}, 22).to(kFloat32).requires_grad_();

@@ -3,9 +3,11 @@
 // single-threaded inside an OpenMP region); few large ones: the library's own threads, drawn
 // from the same OpenMP pool.
 #include <Eigen/Core>
+#include <algorithm>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/half_as_float.h"
 #include "backends/half_kernels.h"
 #include "core/error.h"
 
@@ -79,10 +81,39 @@ void matmul_typed(const View& a, const View& b, const View& c) {
   }
 }
 
+// The rows [r0, r0 + rows) of a 2-D view.
+View row_block(const View& v, int64_t r0, int64_t rows) {
+  View blk = v;
+  blk.data =
+      static_cast<char*>(v.data) + r0 * v.strides[0] * static_cast<int64_t>(dtype_size(v.dtype));
+  blk.sizes[0] = rows;
+  return blk;
+}
+
+// A 2-D product with 16-bit operands: b widened to float32 once, a and c a block of rows at a
+// time (about 4 MB of float32 each), so the float32 stand-ins stay small beside the 16-bit
+// tensors instead of doubling the largest of them (a SwiGLU projection's output, its gradient).
+bool matmul_half_2d(Backend& be, const View& a, const View& b, const View& c) {
+  if (!any_half({&a, &b, &c}) || c.sizes.size() != 2) return false;
+  constexpr int64_t kBlockElems = int64_t{1} << 20;
+  const int64_t m = c.sizes[0], width = std::max<int64_t>({a.sizes[1], c.sizes[1], 1});
+  const int64_t block = std::max<int64_t>(1, kBlockElems / width);
+  HalfAsFloat wide_b(be, kCPU);
+  const View b32 = wide_b.in(b);
+  for (int64_t r0 = 0; r0 < m; r0 += block) {
+    const int64_t rows = std::min(block, m - r0);
+    with_float32(be, kCPU, [&](HalfAsFloat& f) {
+      be.matmul(f.in(row_block(a, r0, rows)), b32, f.out(row_block(c, r0, rows)));
+    });
+  }
+  return true;
+}
+
 }  // namespace
 
 void CpuBackend::matmul(const View& a, const View& b, const View& c) {
-  if (half_kernels::matmul(*this, kCPU, a, b, c)) return;
+  if (matmul_half_2d(*this, a, b, c)) return;
+  if (half_kernels::matmul(*this, kCPU, a, b, c)) return;  // batched: whole stand-ins
   if (c.dtype == kFloat64) {
     matmul_typed<double>(a, b, c);
   } else {

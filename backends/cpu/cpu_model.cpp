@@ -1,6 +1,7 @@
 // Fused kernels of the transformer's own ops: RMSNorm forward and backward, RoPE, SwiGLU,
 // AdamW and the sum of squares of gradient clipping.
 // Each replaces a chain of elementwise passes by one pass over memory.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -59,14 +60,10 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
     for (int64_t r = 0; r < rows; ++r) {
       const T* g = gp + r * d;
       const T* xr = xp + r * d;
-      double dot = 0;
-      if (wp) {
+      double dot = 0;  // the weight's factor is exactly 1 without one (the loop is unswitched)
 #pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * wp[c] * xr[c];
-      } else {
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(g[c]) * xr[c];
-      }
+      for (int64_t c = 0; c < d; ++c)
+        dot += static_cast<double>(g[c]) * (wp ? wp[c] : T(1)) * xr[c];
       const T rs = rp[r];
       const T k = static_cast<T>(static_cast<double>(rs) * rs * rs * dot / static_cast<double>(d));
       T* o = dxp + r * d;
@@ -99,17 +96,19 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
 
 bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t seq_dim,
                       const View& out) {
-  if (half_kernels::rope(*this, kCPU, x, cos, sin, seq_dim, out)) return true;
-  dispatch_float(x.dtype, [&](auto t) {
+  // 16-bit x is read and written in place, each pair rotated in float32 against the float32
+  // tables: no float32 copies of the tensors.
+  dispatch_floating(x.dtype, [&](auto t) {
     using T = decltype(t);
+    using C = compute_t<T>;
     const int64_t n = static_cast<int64_t>(x.sizes.size());
     const int64_t d = x.sizes.back(), half = d / 2, rows = d ? x.numel() / d : 0;
     const int64_t len = x.sizes[seq_dim];
     int64_t per_pos = 1;  // rows between consecutive positions
     for (int64_t i = seq_dim + 1; i < n - 1; ++i) per_pos *= x.sizes[i];
     const T* xp = static_cast<const T*>(x.data);
-    const T* cp = static_cast<const T*>(cos.data);
-    const T* sp = static_cast<const T*>(sin.data);
+    const C* cp = static_cast<const C*>(cos.data);
+    const C* sp = static_cast<const C*>(sin.data);
     T* op = static_cast<T*>(out.data);
 #pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
@@ -120,51 +119,113 @@ bool CpuBackend::rope(const View& x, const View& cos, const View& sin, int64_t s
         rest /= x.sizes[k];
       }
       const T* xr = xp + at;
-      const T* c = cp + pos * half;
-      const T* s = sp + pos * half;
+      const C* c = cp + pos * half;
+      const C* s = sp + pos * half;
       T* o = op + r * d;
-      for (int64_t i = 0; i < half; ++i)
-        fused::rope_rotate(xr[2 * i], xr[2 * i + 1], c[i], s[i], o[2 * i], o[2 * i + 1]);
+      for (int64_t i = 0; i < half; ++i) {
+        C even, odd;
+        fused::rope_rotate(C(xr[2 * i]), C(xr[2 * i + 1]), c[i], s[i], even, odd);
+        o[2 * i] = T(even);
+        o[2 * i + 1] = T(odd);
+      }
     }
   });
   return true;
 }
 
+namespace {
+
+// Rows of a 16-bit tensor are widened into float32 row buffers (one set per thread) so that
+// the float32 loops vectorize, and the results rounded back once; float32 and float64 rows
+// are used in place.
+template <class T>
+class RowStage {
+ public:
+  using C = compute_t<T>;
+  explicit RowStage(int64_t n) : buf_(is_half_v<T> ? static_cast<size_t>(n) : 0) {}
+  // The n values at src as C, staged at buf_[at, at + n) when T is 16-bit.
+  const C* in(const T* src, int64_t n, int64_t at) {
+    if constexpr (!is_half_v<T>) {
+      return src;
+    } else {
+      C* d = buf_.data() + at;
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<C>(src[i]);
+      return d;
+    }
+  }
+  // Where a kernel writes n results bound for dst; done() rounds them into dst.
+  C* out(T* dst, int64_t at) {
+    if constexpr (!is_half_v<T>) {
+      return dst;
+    } else {
+      (void)dst;
+      return buf_.data() + at;
+    }
+  }
+  void done(const C* staged, T* dst, int64_t n) {
+    if constexpr (is_half_v<T>) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = T(staged[i]);
+    } else {
+      (void)staged, (void)dst, (void)n;
+    }
+  }
+
+ private:
+  std::vector<C> buf_;
+};
+
+template <class C>
+void swiglu_row(const C* __restrict gate, const C* __restrict up, C* __restrict o, int64_t f) {
+  for (int64_t c = 0; c < f; ++c) o[c] = fused::swiglu(gate[c], up[c]);
+}
+
+template <class C>
+void swiglu_grad_row(const C* __restrict gate, const C* __restrict up, const C* __restrict g,
+                     C* __restrict dgate, C* __restrict dup, int64_t f) {
+  for (int64_t c = 0; c < f; ++c) fused::swiglu_grad(gate[c], up[c], g[c], dgate[c], dup[c]);
+}
+
+}  // namespace
+
 bool CpuBackend::swiglu_forward(const View& x, const View& out) {
-  if (half_kernels::swiglu_forward(*this, kCPU, x, out)) return true;
-  dispatch_float(x.dtype, [&](auto t) {
+  dispatch_floating(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = out.sizes.back(), rows = f ? out.numel() / f : 0;
     const T* xp = static_cast<const T*>(x.data);
     T* op = static_cast<T*>(out.data);
-#pragma omp parallel for schedule(static) if (rows * f > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* __restrict gate = xp + r * 2 * f;
-      const T* __restrict up = gate + f;
-      T* __restrict o = op + r * f;
-      for (int64_t c = 0; c < f; ++c) o[c] = fused::swiglu(gate[c], up[c]);
+#pragma omp parallel if (rows * f > kParallelMin)
+    {
+      RowStage<T> stage(3 * f);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* gate = stage.in(xp + r * 2 * f, 2 * f, 0);
+        auto* o = stage.out(op + r * f, 2 * f);
+        swiglu_row(gate, gate + f, o, f);
+        stage.done(o, op + r * f, f);
+      }
     }
   });
   return true;
 }
 
 bool CpuBackend::swiglu_backward(const View& dout, const View& x, const View& dx) {
-  if (half_kernels::swiglu_backward(*this, kCPU, dout, x, dx)) return true;
-  dispatch_float(x.dtype, [&](auto t) {
+  dispatch_floating(x.dtype, [&](auto t) {
     using T = decltype(t);
     const int64_t f = dout.sizes.back(), rows = f ? dout.numel() / f : 0;
     const T* gp = static_cast<const T*>(dout.data);
     const T* xp = static_cast<const T*>(x.data);
     T* dp = static_cast<T*>(dx.data);
-#pragma omp parallel for schedule(static) if (rows * f > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-      // Distinct buffers (restrict) so that the loop vectorizes.
-      const T* __restrict gate = xp + r * 2 * f;
-      const T* __restrict up = gate + f;
-      const T* __restrict g = gp + r * f;
-      T* __restrict dgate = dp + r * 2 * f;
-      T* __restrict dup = dgate + f;
-      for (int64_t c = 0; c < f; ++c) fused::swiglu_grad(gate[c], up[c], g[c], dgate[c], dup[c]);
+#pragma omp parallel if (rows * f > kParallelMin)
+    {
+      RowStage<T> stage(5 * f);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* gate = stage.in(xp + r * 2 * f, 2 * f, 0);
+        const auto* g = stage.in(gp + r * f, f, 2 * f);
+        auto* d = stage.out(dp + r * 2 * f, 3 * f);
+        swiglu_grad_row(gate, gate + f, g, d, d + f, f);
+        stage.done(d, dp + r * 2 * f, 2 * f);
+      }
     }
   });
   return true;

@@ -1,20 +1,45 @@
 // The loop every CPU elementwise kernel runs: an N-d index space over several operands with
-// their own strides, coalesced to as few dims as possible, the innermost dim run as a plain
-// (vectorizable) loop, and the rest split into OpenMP tasks. Each element is written by one
-// task, so results are bitwise the same for any thread count.
+// their own strides, put in the output's memory order and coalesced to as few dims as
+// possible, the innermost dim run as a plain (vectorizable) loop, and the rest split into
+// OpenMP tasks. Each element is written by one task, so results are bitwise the same for any
+// thread count.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
+#include <vector>
 
 #include "backends/strided_coalesce.h"
 
 namespace tg::cpu {
 
+// The index space with its dims in the memory order of the first operand (the output): its
+// strides largest first, ties in their order. A transposed output is then written in
+// sequence, and a transposed input to it read in sequence too; elementwise results do not
+// depend on the order.
+template <int N>
+Loop<N> memory_ordered(const Shape& sizes, const std::array<const Shape*, N>& strides) {
+  const Shape& out = *strides[0];
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out[a] > out[b]; });
+  Shape s;
+  std::array<Shape, N> st;
+  std::array<const Shape*, N> st_ptr;
+  for (size_t d : order) {
+    s.push_back(sizes[d]);
+    for (int k = 0; k < N; ++k) st[k].push_back((*strides[k])[d]);
+  }
+  for (int k = 0; k < N; ++k) st_ptr[k] = &st[k];
+  return coalesce<N>(s, st_ptr);
+}
+
 // Calls body(len, offs, inner_strides) for runs of the innermost dim; offs are element
 // offsets of each operand at the run's start.
 template <int N, class Body>
 void for_each_run(const Shape& sizes, const std::array<const Shape*, N>& strides, Body&& body) {
-  Loop<N> l = coalesce<N>(sizes, strides);
+  Loop<N> l = memory_ordered<N>(sizes, strides);
   const int64_t inner = l.inner();
   const int64_t total = numel_of(l.sizes);
   if (total == 0) return;
