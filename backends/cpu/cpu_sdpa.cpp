@@ -18,7 +18,7 @@
 #include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
-#include "backends/half_kernels.h"
+#include "backends/half_as_float.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
@@ -279,22 +279,29 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 
 }  // namespace
 
+// 16-bit q, k, v, out, dout and gradients are read and written in place by the float32
+// kernel's tile loads and stores (cpu_sdpa_scores.h); a 16-bit float mask is widened once
+// (broadcast dims stay stride 0), the stats and score gradient are float32 already.
 void CpuBackend::sdpa_forward(const SdpaParams& p) {
-  if (half_kernels::sdpa_forward(*this, kCPU, p)) return;
   if (p.q.dtype == kFloat64) {
     forward_typed<double>(p);
-  } else {
-    forward_typed<float>(p);
+    return;
   }
+  HalfAsFloat f(*this, kCPU);
+  SdpaParams w = p;
+  w.mask = f.in(p.mask);
+  forward_typed<float>(w);
 }
 
 void CpuBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
-  if (half_kernels::sdpa_backward(*this, kCPU, p, dout, g)) return;
   if (p.q.dtype == kFloat64) {
     backward_typed<double>(p, dout, g);
-  } else {
-    backward_typed<float>(p, dout, g);
+    return;
   }
+  HalfAsFloat f(*this, kCPU);
+  SdpaParams w = p;
+  w.mask = f.in(p.mask);
+  backward_typed<float>(w, dout, g);
 }
 
 }  // namespace tg::cpu

@@ -4,10 +4,24 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "backends/sdpa_params.h"
+#include "core/half.h"
 
 namespace tg::cpu::sdpa_tiles {
+
+// Calls f(data) with v's elements typed as they are stored: T, or bfloat16/float16 for the
+// 16-bit views of a float32 kernel, converted as the tiles are loaded and rounded once as
+// they are stored (no float32 copies of whole tensors).
+template <class T, class F>
+void with_elements(const View& v, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (v.dtype == kBFloat16) return f(static_cast<bfloat16*>(v.data));
+    if (v.dtype == kFloat16) return f(static_cast<float16*>(v.data));
+  }
+  f(static_cast<T*>(v.data));
+}
 
 // rows x width block of a (B, H, S, D) view at (b, h, row0) into a row-major buffer with row
 // stride ld >= width; columns [width, ld) are zeroed (the tile products read whole vectors).
@@ -15,17 +29,19 @@ template <class T>
 void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
                int64_t ld) {
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + r * sr;
-    T* d = dst + r * ld;
-    if (sd == 1) {
-      std::copy(s, s + width, d);
-    } else {
-      for (int64_t c = 0; c < width; ++c) d[c] = s[c * sd];
+  with_elements<T>(v, [&](const auto* data) {
+    const auto* src = data + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* s = src + r * sr;
+      T* d = dst + r * ld;
+      if (sd == 1) {
+        for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c]);
+      } else {
+        for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c * sd]);
+      }
+      std::fill(d + width, d + ld, T(0));
     }
-    std::fill(d + width, d + ld, T(0));
-  }
+  });
 }
 
 // The transpose of the whole (b, h) matrix of v (S x D) into dst (D x ld, ld >= S); columns
@@ -33,12 +49,14 @@ void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, 
 template <class T>
 void load_transposed(const View& v, int64_t b, int64_t h, T* dst, int64_t ld) {
   const int64_t rows = v.sizes[2], width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  const T* src = static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1];
-  for (int64_t c = 0; c < width; ++c) {
-    T* d = dst + c * ld;
-    for (int64_t r = 0; r < rows; ++r) d[r] = src[r * sr + c * sd];
-    std::fill(d + rows, d + ld, T(0));
-  }
+  with_elements<T>(v, [&](const auto* data) {
+    const auto* src = data + b * v.strides[0] + h * v.strides[1];
+    for (int64_t c = 0; c < width; ++c) {
+      T* d = dst + c * ld;
+      for (int64_t r = 0; r < rows; ++r) d[r] = static_cast<T>(src[r * sr + c * sd]);
+      std::fill(d + rows, d + ld, T(0));
+    }
+  });
 }
 
 // The first `width` columns of src (row stride ld), times factor, into rows of a (B, H, S, D)
@@ -47,9 +65,12 @@ template <class T>
 void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, const T* src,
                 int64_t ld, T factor) {
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  T* dst = static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * sr;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = src[r * ld + c] * factor;
+  with_elements<T>(v, [&](auto* data) {
+    using S = std::remove_pointer_t<decltype(data)>;
+    S* dst = data + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = S(src[r * ld + c] * factor);
+  });
 }
 
 inline int64_t seq_len(const View& lens, int64_t b, int64_t full) {
