@@ -1,5 +1,5 @@
 // Loads a checkpoint written by `train` and continues a prompt, sampling with temperature
-// and top-k (temperature 0 is greedy).
+// and top-k (temperature 0 is greedy). It only reads: nothing is written.
 //
 //   generate --checkpoint runs/train/model.safetensors --prompt "31415926=" [--tokens 10]
 #include <tapegrad.h>
@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+
+#include "cli_checks.h"
 
 namespace {
 
@@ -28,26 +30,24 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--context", so.context, "longest prefix the model sees (0: all)")
       ->capture_default_str();
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  tg::nn::SafetensorsFile f = tg::nn::load_safetensors(checkpoint);
-  auto it = f.metadata.find("config");
-  TG_CHECK(it != f.metadata.end(), "generate", "'", checkpoint,
-           "' has no 'config' metadata: not a checkpoint written by train");
-  tg::nn::Transformer model(tg::nn::config_from_json(it->second), 0);
-  tg::nn::load_module(checkpoint, model);
-  tg::Generator gen{seed, 0};
-  auto ids = tg::nn::sample(model, tg::nn::ByteTokenizer::encode(prompt), so, gen);
-  std::printf("%s%s\n", prompt.c_str(), tg::nn::ByteTokenizer::decode(ids).c_str());
-  return 0;
+  return cli::run("generate", app, argc, argv, [&] {
+    cli::positive(so.max_new_tokens, "--tokens");
+    cli::finite_in(so.temperature, "--temperature", 0, HUGE_VAL);
+    cli::non_negative(so.top_k, "--top-k");
+    cli::non_negative(so.context, "--context");
+    tg::nn::SafetensorsFile f = tg::nn::load_safetensors(checkpoint);
+    auto it = f.metadata.find("config");
+    TG_CHECK(it != f.metadata.end(), "generate", "'", checkpoint,
+             "' has no 'config' metadata: not a checkpoint written by train");
+    tg::nn::Transformer model(tg::nn::config_from_json(it->second), 0);
+    tg::nn::load_module(checkpoint, model);
+    tg::Generator gen{seed, 0};
+    auto ids = tg::nn::sample(model, tg::nn::ByteTokenizer::encode(prompt), so, gen);
+    std::printf("%s%s\n", prompt.c_str(), tg::nn::ByteTokenizer::decode(ids).c_str());
+    return 0;
+  });
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return parse_and_run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return parse_and_run(argc, argv); }

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
+
 namespace fs = std::filesystem;
 using tg::nn::Metadata;
 
@@ -34,12 +36,59 @@ struct Args {
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string out = "runs/train";
-  bool resume = false;
+  bool resume = false, overwrite = false;
   std::string precision =
       "fp32";  // fp32, bf16 or fp16 (a checkpoint's when resuming, unless given)
   bool precision_given = false;
   int64_t eval_every = 250, eval_examples = 1000, samples = 5, threads = 0;
 };
+
+// Every value, before any work (a negative step count used to train nothing and write an
+// untrained checkpoint; a negative rate trained on).
+void check_args(const Args& a) {
+  for (auto [v, flag] : {std::pair{a.task_size, "--task-size"},
+                         {a.layers, "--layers"},
+                         {a.d_model, "--d-model"},
+                         {a.heads, "--heads"},
+                         {a.kv_heads, "--kv-heads"},
+                         {a.steps, "--steps"},
+                         {a.batch, "--batch"},
+                         {a.seq_len, "--seq-len"},
+                         {a.eval_examples, "--eval-examples"}}) {
+    cli::positive(v, flag);
+  }
+  for (auto [v, flag] : {std::pair{a.ffn, "--ffn"},
+                         {a.warmup, "--warmup"},
+                         {a.eval_every, "--eval-every"},
+                         {a.samples, "--samples"},
+                         {a.threads, "--threads"}}) {
+    cli::non_negative(v, flag);
+  }
+  cli::finite_positive(a.lr, "--lr");
+  cli::finite_in(a.weight_decay, "--weight-decay", 0, HUGE_VAL);
+  cli::finite_in(a.clip, "--clip", 0, HUGE_VAL);
+  cli::finite_in(a.dropout, "--dropout", 0, 1, /*hi_open=*/true);
+  if (a.resume && a.overwrite) {
+    cli::usage_error("--overwrite", "replaces the run in --out; --resume continues it: pass one");
+  }
+}
+
+// A run already in --out is never replaced silently: --resume continues it, --overwrite
+// removes its files first (so that no file of the old run survives beside the new one).
+void claim_out_dir(const Args& a) {
+  const fs::path out(a.out);
+  if (a.resume || !fs::exists(out)) return;
+  std::vector<fs::path> found;
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "loss.csv", "loss.png"})
+    if (fs::exists(out / name)) found.push_back(out / name);
+  if (found.empty()) return;
+  if (!a.overwrite) {
+    cli::usage_error("--out", "'", a.out, "' already holds a run (",
+                     found.front().filename().string(),
+                     "); pass --resume to continue it or --overwrite to replace it");
+  }
+  for (const fs::path& f : found) fs::remove(f);
+}
 
 // One line per event; on a terminal the progress line is redrawn in place.
 class Progress {
@@ -310,6 +359,8 @@ void print_results(const Args& a, const Data& data, tg::nn::Transformer& model) 
 }
 
 int run(const Args& a) {
+  check_args(a);
+  claim_out_dir(a);
   if (a.threads > 0) tg::set_num_threads(static_cast<int>(a.threads));
   fs::create_directories(a.out);
   const Paths paths(a.out);
@@ -340,7 +391,7 @@ int run(const Args& a) {
   return 0;
 }
 
-// Parses the flags and runs; errors of the library come back as tg::Error.
+// The flags, then the run; bad values and library errors end as cli::run says.
 int parse_and_run(int argc, char** argv) {
   Args a;
   CLI::App app{"Train a RoPE + grouped-query-attention transformer with tapegrad."};
@@ -355,13 +406,14 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--kv-heads", a.kv_heads, "key/value heads (divides --heads)")
       ->capture_default_str();
   app.add_option("--ffn", a.ffn, "SwiGLU hidden size (0: 8/3 d_model)")->capture_default_str();
-  app.add_option("--dropout", a.dropout, "attention dropout")->capture_default_str();
+  app.add_option("--dropout", a.dropout, "attention dropout, in [0, 1)")->capture_default_str();
   app.add_option("--steps", a.steps, "training steps")->capture_default_str();
   app.add_option("--batch", a.batch, "sequences per step")->capture_default_str();
   app.add_option("--seq-len", a.seq_len, "sequence length (text only)")->capture_default_str();
   app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--warmup", a.warmup, "linear warmup steps")->capture_default_str();
-  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "linear warmup steps (0: none)")->capture_default_str();
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay (0 or more)")
+      ->capture_default_str();
   app.add_option("--clip", a.clip, "gradient norm clip (0: off)")->capture_default_str();
   app.add_option("--seed", a.seed, "seed for weights, data and dropout")->capture_default_str();
   app.add_option("--device", a.device, "cpu or cuda")
@@ -369,6 +421,8 @@ int parse_and_run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", a.out, "output directory")->capture_default_str();
   app.add_flag("--resume", a.resume, "continue from the checkpoint in --out");
+  app.add_flag("--overwrite", a.overwrite,
+               "replace the run already in --out (without it, train refuses to)");
   app.add_option("--precision", a.precision,
                  "fp32; bf16 or fp16: mixed precision (autocast, float32 master weights; fp16 "
                  "with loss scaling). Resuming keeps the checkpoint's unless given")
@@ -378,21 +432,16 @@ int parse_and_run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--eval-examples", a.eval_examples, "examples in the final evaluation")
       ->capture_default_str();
-  app.add_option("--samples", a.samples, "samples printed at the end")->capture_default_str();
+  app.add_option("--samples", a.samples, "samples printed at the end (0: none)")
+      ->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads (0: OMP_NUM_THREADS or all)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  a.precision_given = app.count("--precision") > 0;
-  return run(a);
+  return cli::run("train", app, argc, argv, [&] {
+    a.precision_given = app.count("--precision") > 0;
+    return run(a);
+  });
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return parse_and_run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return parse_and_run(argc, argv); }
