@@ -444,4 +444,11 @@ int parse_and_run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return parse_and_run(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return parse_and_run(argc, argv);
+  } catch (const std::exception& e) {  // building the flags themselves failed
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
