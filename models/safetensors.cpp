@@ -35,16 +35,73 @@ bool parse_dtype(const std::string& s, DType& t) {
   return false;
 }
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): the JSON header can hold nothing else.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      extra = 1, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    for (int k = 1; k <= extra; ++k) {
+      if (i + k >= s.size()) return false;
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+// s with bytes outside printable ASCII as \xNN, for a message.
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      const char* hex = "0123456789abcdef";
+      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    }
+  }
+  return out;
+}
+
+void check_utf8(const std::string& s, const char* what, const std::string& path) {
+  TG_CHECK(valid_utf8(s), "safetensors", "cannot write '", path, "': ", what, " '", escaped(s),
+           "' is not valid UTF-8 (the header is JSON)");
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const Metadata& metadata) {
+  for (const auto& [k, v] : metadata) {
+    check_utf8(k, "metadata key", path);
+    check_utf8(v, "metadata value", path);
+  }
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> host;
   uint64_t at = 0;
   for (const auto& [name, t] : tensors) {
     TG_CHECK(t.defined(), "safetensors", "tensor '", name, "' is undefined");
+    check_utf8(name, "tensor name", path);
     TG_CHECK(name != "__metadata__" && !header.contains(name), "safetensors", "tensor name '", name,
              "' is reserved or repeated");
     Tensor c = t.detach().to(kCPU).contiguous();
@@ -131,9 +188,16 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), e.dtype))
       bad("has dtype " + v["dtype"].dump() + ", expected one of " + known_dtypes());
     if (!v["shape"].is_array()) bad("has a shape that is not an array");
+    // Sizes whose product (in bytes) fits comfortably in 63 bits: no overflow can make a huge
+    // shape look like the bytes it spans.
+    uint64_t elements = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) bad("has shape " + v["shape"].dump() + " with a bad size");
-      e.shape.push_back(d.get<int64_t>());
+      const auto size = d.get<uint64_t>();
+      if (size != 0 && elements > (uint64_t{1} << 59) / size)
+        bad("has shape " + v["shape"].dump() + ", too large");
+      elements *= size;
+      e.shape.push_back(static_cast<int64_t>(size));
     }
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -150,13 +214,20 @@ SafetensorsFile load_safetensors(const std::string& path) {
           std::to_string(want));
     entries.push_back(std::move(e));
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // The tensors that hold bytes tile the data exactly; an empty one holds none, so any offset
+  // within the data will do (Python's safetensors writes them at [0, 0]).
+  // Tensors come back in the order of their data (the order they were written in).
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::vector<const Entry*> spans;
+  for (const Entry& e : entries)
+    if (e.end > e.begin) spans.push_back(&e);
   uint64_t at = 0;
-  for (const Entry& e : entries) {
-    TG_CHECK(e.begin == at, "safetensors", "'", path, "': tensor '", e.name, "' starts at byte ",
-             e.begin, ", expected ", at, " (overlapping or gapped data)");
-    at = e.end;
+  for (const Entry* e : spans) {
+    TG_CHECK(e->begin == at, "safetensors", "'", path, "': tensor '", e->name, "' starts at byte ",
+             e->begin, ", expected ", at, " (overlapping or gapped data)");
+    at = e->end;
   }
   TG_CHECK(at == data_size, "safetensors", "'", path, "': the tensors cover ", at, " of the ",
            data_size, " data bytes");

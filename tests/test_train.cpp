@@ -113,6 +113,72 @@ TEST_CASE("safetensors: round trip of every dtype, metadata, and the layout on d
   fs::remove_all(dir);
 }
 
+TEST_CASE("safetensors: empty tensors anywhere, as tapegrad and Python's library write them") {
+  fs::path dir = temp_dir("st_empty");
+  const std::string path = (dir / "e.safetensors").string();
+  // Empty tensors first, between and last: each at the offset where the data stood.
+  nn::NamedTensors ts = {{"z_empty", zeros({0})},
+                         {"a_after", ones({2})},
+                         {"mid", zeros({3, 0})},
+                         {"last", full({1}, 7.0)},
+                         {"end", zeros({0, 4})}};
+  nn::save_safetensors(path, ts);
+  nn::SafetensorsFile f = nn::load_safetensors(path);
+  REQUIRE(f.tensors.size() == ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    CAPTURE(ts[i].first);
+    CHECK(f.tensors[i].first == ts[i].first);
+    CHECK(f.tensors[i].second.sizes() == ts[i].second.sizes());
+    CHECK(f.tensors[i].second.to_vector<float>() == ts[i].second.to_vector<float>());
+  }
+  // Python's safetensors puts the empty 'b' at [0, 0] and 'a' at [0, 8].
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
+  std::vector<char> bytes(8);
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  const float a[2] = {1.5f, -2.0f};
+  bytes.insert(bytes.end(), reinterpret_cast<const char*>(a), reinterpret_cast<const char*>(a) + 8);
+  write_bytes(dir / "py", bytes);
+  nn::SafetensorsFile py = nn::load_safetensors((dir / "py").string());
+  REQUIRE(py.tensors.size() == 2);
+  CHECK(py.tensors[0].first == "b");
+  CHECK(py.tensors[0].second.numel() == 0);
+  CHECK(py.tensors[1].second.to_vector<float>() == std::vector<float>{1.5f, -2.0f});
+  // A shape whose byte count overflows 64 bits is refused, not wrapped around to match.
+  const std::string huge =
+      R"({"h":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})";
+  std::vector<char> hb(8);
+  const uint64_t hn = huge.size();
+  std::memcpy(hb.data(), &hn, 8);
+  hb.insert(hb.end(), huge.begin(), huge.end());
+  write_bytes(dir / "huge", hb);
+  tgtest::check_throws_with_prefix([&] { nn::load_safetensors((dir / "huge").string()); },
+                                   "[safetensors]", "too large");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors: names and metadata that are not UTF-8 are a [safetensors] error") {
+  fs::path dir = temp_dir("st_utf8");
+  const std::string path = (dir / "u.safetensors").string();
+  tgtest::check_throws_with_prefix(
+      [&] {
+        nn::save_safetensors(path, {{"w", ones({1})}}, {{"note", "caf\xe9"}});
+      },
+      "[safetensors]", "metadata value 'caf\\xe9' is not valid UTF-8");
+  tgtest::check_throws_with_prefix(
+      [&] {
+        nn::save_safetensors(path, {{"\xc0\xaf", ones({1})}});
+      },
+      "[safetensors]", "tensor name");
+  nn::save_safetensors(path, {{"w\xc3\xa9", ones({1})}},
+                       {{"note", "caf\xc3\xa9 \xf0\x9f\x99\x82"}});
+  nn::SafetensorsFile f = nn::load_safetensors(path);
+  CHECK(f.metadata.at("note") == "caf\xc3\xa9 \xf0\x9f\x99\x82");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoints: bitwise round trip of model and optimizer") {
   fs::path dir = temp_dir("rt");
   auto task = nn::make_task("sort", 4);
