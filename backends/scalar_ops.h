@@ -88,6 +88,18 @@ TG_HD inline T gelu_grad(T x) {
   return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }
 
+// a / b, never undefined for integers: div refuses an integer 0 divisor before any kernel runs
+// (0 here all the same), and INT64_MIN / -1 wraps to INT64_MIN as two's complement does.
+template <class T>
+TG_HD inline T quotient(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return static_cast<T>(U(0) - static_cast<U>(a));
+  }
+  return a / b;
+}
+
 // |x|, with abs(-0.0) = +0.0 for the floats.
 template <class T>
 TG_HD inline T abs_of(T x) {

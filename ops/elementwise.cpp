@@ -4,8 +4,8 @@
 #include "autograd/autograd.h"
 #include "ops/factories.h"
 #include "ops/op_util.h"
-#include "ops/unary_op.h"
 #include "ops/reduce.h"
+#include "ops/unary_op.h"
 
 namespace tg {
 using detail::view_as;
@@ -105,6 +105,10 @@ Tensor mul(const Tensor& self, const Tensor& other) {
 
 Tensor div(const Tensor& self, const Tensor& other) {
   auto [a, b] = detail::promoted(self, other, "div");
+  if (b.defined() && b.dtype() == kInt64 && b.numel()) {  // a float divisor of 0 gives inf or NaN
+    TG_CHECK(sum(eq(b, 0.0)).item<int64_t>() == 0, "div",
+             "integer division by zero: argument 'other' (int64) holds 0");
+  }
   Tensor out = binary_kernel(BinaryOp::Div, a, b, "div");
   if (any_requires_grad({a, b})) {
     SavedTensor sb(b), sy(b.requires_grad() ? out : Tensor());

@@ -1,5 +1,7 @@
 // Bad input: every error is a tg::Error whose message starts with "[op]" and names the
 // argument, what was expected and what came.
+#include <limits>
+
 #include "test_util.h"
 
 using namespace tg;
@@ -54,7 +56,8 @@ TEST_CASE("shape errors") {
 TEST_CASE("dtype errors") {
   Tensor f = ones({2}), d = ones({2}, kFloat64), i = ones({2}, kInt64);
   check_throws_with_prefix([&] { matmul(f, d); }, "[matmul]", "dtype float64, expected float32");
-  check_throws_with_prefix([&] { matmul(i, i); }, "[matmul]", "must be a floating dtype, got int64");
+  check_throws_with_prefix([&] { matmul(i, i); }, "[matmul]",
+                           "must be a floating dtype, got int64");
   check_throws_with_prefix([&] { exp(i); }, "[exp]", "got int64");
   check_throws_with_prefix([&] { where(f, f, f); }, "[where]", "'condition' must be bool");
   check_throws_with_prefix([&] { masked_fill(f, f, 0); }, "[masked_fill]", "must be bool");
@@ -62,6 +65,23 @@ TEST_CASE("dtype errors") {
   check_throws_with_prefix([&] { f.data_ptr<double>(); }, "[data_ptr]", "float32");
   check_throws_with_prefix([&] { rand({2}, kInt64); }, "[rand]", "int64");
   check_throws_with_prefix([&] { f.add_(d); }, "[add_]", "dtype float64");
+}
+
+TEST_CASE("int64 division: by zero is an error, never undefined; INT64_MIN / -1 wraps") {
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  Tensor a = from_vector(std::vector<int64_t>{7, -7, lo, 9}, {4});
+  Tensor b = from_vector(std::vector<int64_t>{2, 2, -1, -3}, {4});
+  CHECK(div(a, b).to_vector<int64_t>() == std::vector<int64_t>{3, -3, lo, -3});  // truncation
+  check_throws_with_prefix(
+      [&] {
+        div(a, from_vector(std::vector<int64_t>{1, 0, 1, 1}, {4}));
+      },
+      "[div]", "integer division by zero: argument 'other' (int64) holds 0");
+  check_throws_with_prefix([&] { div(a, 0.0); }, "[div]", "integer division by zero");
+  // Floating divisors of zero follow IEEE: inf and NaN, no error.
+  std::vector<double> q = div(from_vector(std::vector<double>{1, 0}, {2}), 0.0).to_vector<double>();
+  CHECK(std::isinf(q[0]));
+  CHECK(std::isnan(q[1]));
 }
 
 TEST_CASE("nn op errors") {
