@@ -79,7 +79,8 @@ void claim_out_dir(const Args& a) {
   const fs::path out(a.out);
   if (a.resume || !fs::exists(out)) return;
   std::vector<fs::path> found;
-  for (const char* name : {"model.safetensors", "optimizer.safetensors", "loss.csv", "loss.png"})
+  for (const char* name :
+       {"model.safetensors", "optimizer.safetensors", "checkpoint.json", "loss.csv", "loss.png"})
     if (fs::exists(out / name)) found.push_back(out / name);
   if (found.empty()) return;
   if (!a.overwrite) {
@@ -150,12 +151,6 @@ std::vector<std::string> read_csv_rows(const fs::path& path, int64_t before) {
   return rows;
 }
 
-void write_csv(const fs::path& path, const std::vector<std::string>& rows) {
-  std::ofstream out(path);
-  out << "step,loss,lr\n";
-  for (const auto& r : rows) out << r << "\n";
-}
-
 // loss.png through gnuplot when it is installed; the CSV is always there.
 bool plot_loss(const fs::path& csv, const fs::path& png) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return false;
@@ -216,9 +211,8 @@ Data load_data(const Args& a) {
 // The model's shape: from the flags, or from the checkpoint when resuming.
 tg::nn::TransformerConfig model_config(const Args& a, const Paths& paths) {
   if (a.resume) {
-    TG_CHECK(fs::exists(paths.model) && fs::exists(paths.optim), "train",
-             "--resume: no checkpoint in '", a.out,
-             "' (expected model.safetensors and optimizer.safetensors)");
+    TG_CHECK(tg::nn::recover_training_checkpoint(a.out), "train", "--resume: no checkpoint in '",
+             a.out, "' (expected model.safetensors and optimizer.safetensors)");
     return tg::nn::config_from_json(
         tg::nn::load_safetensors(paths.model.string()).metadata.at("config"));
   }
@@ -278,8 +272,9 @@ struct Precision {
   tg::nn::GradScaler* loss_scaler() { return name == "fp16" ? &scaler : nullptr; }
 };
 
-// Model, optimizer and the loss rows so far, saved together.
-void save_checkpoint(const Paths& paths, const tg::nn::TransformerConfig& cfg, const Data& data,
+// Model, optimizer and the loss rows so far, saved as one checkpoint (a crash leaves the
+// previous one or this one: models/training_checkpoint.h).
+void save_checkpoint(const Args& a, const tg::nn::TransformerConfig& cfg, const Data& data,
                      int64_t step, const tg::nn::Transformer& model, const tg::nn::AdamW& opt,
                      const Precision& precision, const std::vector<std::string>& rows) {
   Metadata meta{{"config", tg::nn::config_to_json(cfg)},
@@ -288,9 +283,23 @@ void save_checkpoint(const Paths& paths, const tg::nn::TransformerConfig& cfg, c
                 {"precision", precision.name},
                 {"loss_scale", fmt("%.17g", precision.scaler.current_scale())},
                 {"loss_scale_good_steps", std::to_string(precision.scaler.good_steps())}};
-  tg::nn::save_module(paths.model.string(), model, meta);
-  tg::nn::save_optimizer(paths.optim.string(), opt, meta);
-  write_csv(paths.csv, rows);
+  std::string csv = "step,loss,lr\n";
+  for (const auto& r : rows) csv += r + "\n";
+  tg::nn::save_training_checkpoint(a.out, model, opt, meta, {{"loss.csv", csv}});
+}
+
+// For the crash-safety tests: TAPEGRAD_CHECKPOINT_FAULT=<stage>:<n> ends the process with
+// status 3 when the n-th checkpoint save reaches <stage> (see save_training_checkpoint).
+void install_fault_hook() {
+  const char* spec = std::getenv("TAPEGRAD_CHECKPOINT_FAULT");
+  if (!spec) return;
+  const std::string s(spec);
+  const size_t colon = s.find(':');
+  const std::string stage = s.substr(0, colon);
+  const int nth = colon == std::string::npos ? 1 : std::atoi(s.c_str() + colon + 1);
+  tg::nn::set_checkpoint_fault_hook([stage, nth, seen = 0](const std::string& at) mutable {
+    if (at == stage && ++seen == nth) std::_Exit(3);
+  });
 }
 
 // The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
@@ -321,10 +330,10 @@ void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg
     if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
                     evaluate(model, data, a, 200));
-      save_checkpoint(paths, cfg, data, step + 1, model, opt, precision, rows);
+      save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
     }
   }
-  save_checkpoint(paths, cfg, data, a.steps, model, opt, precision, rows);
+  save_checkpoint(a, cfg, data, a.steps, model, opt, precision, rows);
   const bool png = plot_loss(paths.csv, paths.png);
   progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + paths.model.string() +
                 ", " + paths.optim.string() + ", " + paths.csv.string() +
@@ -361,6 +370,7 @@ void print_results(const Args& a, const Data& data, tg::nn::Transformer& model) 
 int run(const Args& a) {
   check_args(a);
   claim_out_dir(a);
+  install_fault_hook();
   if (a.threads > 0) tg::set_num_threads(static_cast<int>(a.threads));
   fs::create_directories(a.out);
   const Paths paths(a.out);
@@ -375,8 +385,12 @@ int run(const Args& a) {
   Precision precision{a.precision, tg::nn::GradScaler()};
   int64_t first = 0;
   if (a.resume) {
-    const Metadata meta = tg::nn::load_module(paths.model.string(), model);
-    tg::nn::load_optimizer(paths.optim.string(), opt);
+    const Metadata meta = tg::nn::load_training_checkpoint(a.out, model, opt);
+    if (meta.count("data") && meta.at("data") != data.id) {
+      cli::usage_error("--resume", "the run in '", a.out, "' trained on '", meta.at("data"),
+                       "', the flags say '", data.id,
+                       "' (pass the run's --task and --task-size, or its --text)");
+    }
     first = opt.steps();
     if (meta.count("step")) first = std::stoll(meta.at("step"));  // skipped steps included
     if (meta.count("precision") && !a.precision_given) precision.name = meta.at("precision");

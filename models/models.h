@@ -9,4 +9,5 @@
 #include "models/optim.h"
 #include "models/safetensors.h"
 #include "models/train.h"
+#include "models/training_checkpoint.h"
 #include "models/transformer.h"

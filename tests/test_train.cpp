@@ -222,6 +222,38 @@ TEST_CASE("same seed and threads give bitwise identical losses") {
   CHECK(Run(9).steps(*task, 0, 4) != runs[0]);  // another seed: other losses
 }
 
+TEST_CASE("training checkpoints: one unit; a model and an optimizer of two saves are refused") {
+  fs::path a = temp_dir("tc_a"), b = temp_dir("tc_b");
+  auto task = nn::make_task("sort", 4);
+  Run run(4);
+  run.steps(*task, 0, 1);
+  nn::save_training_checkpoint(a.string(), run.model, run.opt, {{"step", "1"}}, {{"log", "x\n"}});
+  run.steps(*task, 1, 2);
+  nn::save_training_checkpoint(b.string(), run.model, run.opt, {{"step", "2"}});
+  CHECK(!fs::exists(a / "log.next"));
+  std::ifstream log(a / "log");
+  std::string line;
+  std::getline(log, line);
+  CHECK(line == "x");
+  Run other(5);
+  CHECK(nn::load_training_checkpoint(b.string(), other.model, other.opt).at("step") == "2");
+  CHECK(other.opt.steps() == 2);
+  // b's optimizer beside a's model: not one checkpoint, and nothing is loaded.
+  fs::copy_file(b / "optimizer.safetensors", a / "optimizer.safetensors",
+                fs::copy_options::overwrite_existing);
+  Run fresh(6);
+  const std::vector<float> before = fresh.model.parameters()[0].to_vector<float>();
+  tgtest::check_throws_with_prefix(
+      [&] { nn::load_training_checkpoint(a.string(), fresh.model, fresh.opt); }, "[checkpoint]",
+      "are not one checkpoint");
+  CHECK(fresh.model.parameters()[0].to_vector<float>() == before);
+  tgtest::check_throws_with_prefix(
+      [&] { nn::load_training_checkpoint((a / "none").string(), fresh.model, fresh.opt); },
+      "[checkpoint]", "no checkpoint in");
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 TEST_CASE("checkpoints: missing, truncated, corrupt or foreign files are refused") {
   fs::path dir = temp_dir("bad");
   const fs::path good = dir / "m.safetensors";
