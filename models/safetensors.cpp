@@ -178,8 +178,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
       }
       continue;
     }
+    const std::string& tensor = name;  // a structured binding cannot be captured (clang 15)
     auto bad = [&](const std::string& what) {
-      fail("safetensors", "'", path, "': tensor '", name, "' ", what);
+      fail("safetensors", "'", path, "': tensor '", tensor, "' ", what);
     };
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets"))

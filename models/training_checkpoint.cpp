@@ -165,7 +165,7 @@ Metadata load_training_checkpoint(const std::string& dir_name, Module& model, Op
            "' (expected ", kModel, " and ", kOptimizer, ")");
   const std::string model_path = (dir / kModel).string(), opt_path = (dir / kOptimizer).string();
   // Both files' metadata first, so that a mismatched pair changes neither model nor optimizer.
-  const Metadata mm = load_safetensors(model_path).metadata;
+  Metadata mm = load_safetensors(model_path).metadata;
   const Metadata om = load_safetensors(opt_path).metadata;
   check_pair(dir, mm, om);
   Manifest m;
