@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -288,6 +289,24 @@ void save_checkpoint(const Args& a, const tg::nn::TransformerConfig& cfg, const 
   tg::nn::save_training_checkpoint(a.out, model, opt, meta, {{"loss.csv", csv}});
 }
 
+// SIGINT / SIGTERM: the first finishes the current step, writes a checkpoint and ends the run
+// with status 128 + the signal (130, 143); a second one ends the process at once.
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_signal = sig;
+}
+
+void install_signal_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
 // For the crash-safety tests: TAPEGRAD_CHECKPOINT_FAULT=<stage>:<n> ends the process with
 // status 3 when the n-th checkpoint save reaches <stage> (see save_training_checkpoint).
 void install_fault_hook() {
@@ -304,9 +323,9 @@ void install_fault_hook() {
 
 // The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
 // checkpoints along the way, and the last checkpoint.
-void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
-           const Paths& paths, tg::nn::Transformer& model, tg::nn::AdamW& opt, int64_t first,
-           Precision& precision) {
+// Returns 0, or 128 + the signal that stopped the run early (after its checkpoint).
+int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg, const Paths& paths,
+          tg::nn::Transformer& model, tg::nn::AdamW& opt, int64_t first, Precision& precision) {
   const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   std::vector<std::string> rows = read_csv_rows(paths.csv, first);
   Progress progress(first, a.steps);
@@ -327,6 +346,13 @@ void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg
              " (try a lower --lr)");
     rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss) + "," + fmt("%.6e", opt.lr));
     progress.update(step, loss, opt.lr, a.batch * data.seq);
+    if (g_signal && step + 1 < a.steps) {
+      save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
+      progress.note(std::string(g_signal == SIGINT ? "interrupted" : "terminated") +
+                    " after step " + std::to_string(step + 1) + ": wrote the checkpoint to '" +
+                    a.out + "' (continue with --resume)");
+      return 128 + g_signal;
+    }
     if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
                     evaluate(model, data, a, 200));
@@ -338,6 +364,7 @@ void train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg
   progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + paths.model.string() +
                 ", " + paths.optim.string() + ", " + paths.csv.string() +
                 (png ? ", " + paths.png.string() : " (no gnuplot: no PNG)"));
+  return 0;
 }
 
 // The final evaluation, then the first task answers against the expected ones, or a sample
@@ -399,8 +426,10 @@ int run(const Args& a) {
                                  std::stoll(meta.at("loss_scale_good_steps")));
     }
   }
+  install_signal_handlers();
   print_header(a, data, cfg, model, first, precision.name);
-  train(a, data, cfg, paths, model, opt, first, precision);
+  std::fflush(stdout);
+  if (const int stopped = train(a, data, cfg, paths, model, opt, first, precision)) return stopped;
   print_results(a, data, model);
   return 0;
 }
