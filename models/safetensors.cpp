@@ -142,7 +142,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TG_CHECK(in.good(), "safetensors", "cannot open '", path, "': no such file or not readable");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  return parse_safetensors(bytes, path);
+}
+
+SafetensorsFile parse_safetensors(const std::vector<char>& bytes, const std::string& path) {
   const uint64_t size = bytes.size();
   TG_CHECK(size >= 8, "safetensors", "'", path, "' is ", size,
            " bytes, too short for the 8-byte header length");
@@ -233,6 +238,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
   TG_CHECK(at == data_size, "safetensors", "'", path, "': the tensors cover ", at, " of the ",
            data_size, " data bytes");
   for (const Entry& e : entries) {
+    if (e.dtype == kBool) {  // any other byte would be an invalid bool in memory
+      for (uint64_t i = e.begin; i < e.end; ++i) {
+        TG_CHECK(data[i] == 0 || data[i] == 1, "safetensors", "'", path, "': tensor '", e.name,
+                 "' (BOOL) holds byte ", static_cast<int>(static_cast<unsigned char>(data[i])),
+                 " at element ", i - e.begin, ", expected 0 or 1");
+      }
+    }
     file.tensors.emplace_back(
         e.name, from_buffer(data + e.begin, e.dtype, numel_of(e.shape), e.shape, e.dtype));
   }

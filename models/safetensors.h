@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/module.h"
 
@@ -21,8 +22,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const Metadata& metadata = {});
 
 // Reads and validates the whole file: header length against the file size, valid JSON,
-// known dtypes (F32, F64, I64, BOOL), shapes, and data offsets that tile the data exactly.
+// known dtypes (F32, F64, I64, BOOL, BF16, F16), shapes, and data offsets that tile the data
+// exactly (empty tensors anywhere).
 // Errors start with "[safetensors]" and name the file.
 SafetensorsFile load_safetensors(const std::string& path);
+
+// The same from the file's bytes in memory; `name` stands for the file in messages.
+SafetensorsFile parse_safetensors(const std::vector<char>& bytes, const std::string& name);
 
 }  // namespace tg::nn
