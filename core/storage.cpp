@@ -1,5 +1,9 @@
 #include "core/storage.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -59,6 +63,12 @@ Storage::~Storage() {
 
 int64_t live_storage_count() { return g_live_count.load(); }
 int64_t live_storage_bytes() { return g_live_bytes.load(); }
+
+void release_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 int64_t peak_storage_bytes() { return g_peak_bytes.load(); }
 void reset_peak_storage_bytes() { g_peak_bytes.store(g_live_bytes.load()); }
 

@@ -357,6 +357,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
                     evaluate(model, data, a, 200));
       save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
+      tg::release_free_memory();  // decoding left freed tensors of every length in the heap
     }
   }
   save_checkpoint(a, cfg, data, a.steps, model, opt, precision, rows);
