@@ -46,9 +46,9 @@ int64_t peak_storage_bytes();
 void reset_peak_storage_bytes();
 
 // Gives the C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere).
-// Freed tensors stay in the heap: a phase that allocates tensors of many sizes (decoding, whose
-// KV cache grows a token at a time) can leave the resident set well above the training step's
-// working set. The train CLI calls this after each evaluation and checkpoint.
+// Freed memory stays in the heap: phases that allocate buffers of many sizes (an evaluation's
+// decoding, a checkpoint) can leave the resident set well above the training step's working
+// set. The train CLI calls this after each evaluation and checkpoint (docs/PERFORMANCE.md).
 void release_free_memory();
 
 }  // namespace tg

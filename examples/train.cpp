@@ -357,7 +357,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
       progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
                     evaluate(model, data, a, 200));
       save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
-      tg::release_free_memory();  // decoding left freed tensors of every length in the heap
+      tg::release_free_memory();  // what evaluation and checkpoint freed (docs/PERFORMANCE.md)
     }
   }
   save_checkpoint(a, cfg, data, a.steps, model, opt, precision, rows);
@@ -431,6 +431,9 @@ int run(const Args& a) {
   print_header(a, data, cfg, model, first, precision.name);
   std::fflush(stdout);
   if (const int stopped = train(a, data, cfg, paths, model, opt, first, precision)) return stopped;
+  if (g_signal) return 128 + g_signal;  // during the last step: its checkpoint is written
+  std::signal(SIGINT, SIG_DFL);         // the run is saved: the final evaluation stops at once
+  std::signal(SIGTERM, SIG_DFL);
   print_results(a, data, model);
   return 0;
 }

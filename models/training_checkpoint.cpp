@@ -113,6 +113,7 @@ bool recover_training_checkpoint(const std::string& dir_name) {
   const bool committed = read_manifest(dir, m);
   if (committed) {  // roll the committed set forward
     for (const std::string& f : m.files) {
+      if (f.empty() || f.find('/') != std::string::npos) continue;  // not a name save writes
       const fs::path p = pending(dir, f, m.id);
       if (fs::exists(p)) rename_or_fail(p, dir / f);
     }
