@@ -1,7 +1,8 @@
 #include "backends/half_as_float.h"
 
-#include <algorithm>
-#include <numeric>
+#include <vector>
+
+#include "backends/strided_coalesce.h"
 
 namespace tg {
 
@@ -13,14 +14,11 @@ View distinct(View v) {
   return v;
 }
 
-// Dense strides for sizes, laid out in the memory order of `like` (its dims sorted by stride,
-// largest first; ties keep their order): a transposed operand gets a transposed buffer, so the
-// conversion reads and writes in sequence instead of gathering across rows.
+// Dense strides for sizes, laid out in the memory order of `like`: a transposed operand gets a
+// transposed buffer, so the conversion reads and writes in sequence instead of gathering across
+// rows.
 Shape strides_in_order_of(const Shape& sizes, const Shape& like) {
-  std::vector<size_t> order(sizes.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return like[a] > like[b]; });
+  const std::vector<size_t> order = memory_order(like);
   Shape strides(sizes.size());
   int64_t stride = 1;
   for (size_t i = order.size(); i-- > 0;) {

@@ -1,5 +1,6 @@
-// The 16-bit entries of the kernels that compute in float32 or float64 only (SDPA, softmax,
-// the embedding gradient, the fused kernels, the CPU GEMM), written once for both backends:
+// The 16-bit entries of the kernels that compute in float32 or float64 only (softmax, the
+// embedding gradient, RMSNorm and AdamW on both backends; SDPA, RoPE and SwiGLU on CUDA, whose
+// CPU kernels read 16-bit views in place; the CPU's batched GEMM), written once:
 // each says which views its kernel reads and writes, runs the backend's own kernel on float32
 // stand-ins of them (half_as_float.h) and rounds the outputs once. Each returns false, doing
 // nothing, when none of its views is 16-bit; a backend's kernel starts with

@@ -2,12 +2,24 @@
 // merged wherever every operand steps through them as one (stride[d] == stride[d+1] *
 // size[d+1]). Shared by the CPU loops and the CUDA kernels' offset calculators.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <numeric>
+#include <vector>
 
 #include "core/shape.h"
 
 namespace tg {
+
+// A view's dims in its memory order: by stride, largest first, ties in their order.
+inline std::vector<size_t> memory_order(const Shape& strides) {
+  std::vector<size_t> order(strides.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  return order;
+}
 
 template <int N>
 struct Loop {

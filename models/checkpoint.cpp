@@ -42,7 +42,10 @@ void save_module(const std::string& path, const Module& model, const Metadata& m
 }
 
 Metadata load_module(const std::string& path, Module& model) {
-  SafetensorsFile f = load_safetensors(path);
+  return load_module(load_safetensors(path), path, model);
+}
+
+Metadata load_module(const SafetensorsFile& f, const std::string& path, Module& model) {
   copy_named(path, f.tensors, model.named_parameters(), "model");
   return f.metadata;
 }
@@ -54,7 +57,10 @@ void save_optimizer(const std::string& path, const Optimizer& opt, const Metadat
 }
 
 Metadata load_optimizer(const std::string& path, Optimizer& opt) {
-  SafetensorsFile f = load_safetensors(path);
+  return load_optimizer(load_safetensors(path), path, opt);
+}
+
+Metadata load_optimizer(const SafetensorsFile& f, const std::string& path, Optimizer& opt) {
   auto it = f.metadata.find("steps");
   TG_CHECK(it != f.metadata.end(), "checkpoint", "'", path,
            "' has no 'steps' metadata: not an optimizer checkpoint");

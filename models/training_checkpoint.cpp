@@ -165,19 +165,19 @@ Metadata load_training_checkpoint(const std::string& dir_name, Module& model, Op
   TG_CHECK(recover_training_checkpoint(dir_name), "checkpoint", "no checkpoint in '", dir_name,
            "' (expected ", kModel, " and ", kOptimizer, ")");
   const std::string model_path = (dir / kModel).string(), opt_path = (dir / kOptimizer).string();
-  // Both files' metadata first, so that a mismatched pair changes neither model nor optimizer.
-  Metadata mm = load_safetensors(model_path).metadata;
-  const Metadata om = load_safetensors(opt_path).metadata;
-  check_pair(dir, mm, om);
+  // Both files read (once) and checked first, so that a mismatched pair changes neither model
+  // nor optimizer.
+  const SafetensorsFile mf = load_safetensors(model_path), of = load_safetensors(opt_path);
+  check_pair(dir, mf.metadata, of.metadata);
   Manifest m;
   if (read_manifest(dir, m)) {
-    auto id = mm.find("checkpoint_id");
-    TG_CHECK(id != mm.end() && id->second == m.id, "checkpoint", "'", model_path,
+    auto id = mf.metadata.find("checkpoint_id");
+    TG_CHECK(id != mf.metadata.end() && id->second == m.id, "checkpoint", "'", model_path,
              "' is not the file of the checkpoint that ", kManifest, " names (", m.id, ")");
   }
-  load_module(model_path, model);
-  load_optimizer(opt_path, opt);
-  return mm;
+  Metadata meta = load_module(mf, model_path, model);
+  load_optimizer(of, opt_path, opt);
+  return meta;
 }
 
 }  // namespace tg::nn

@@ -36,6 +36,10 @@ void check_floating(const Tensor& t, const char* op, const char* arg) {
            t.dtype());
 }
 
+Tensor rows_ready(const Tensor& t) {
+  return t.strides().back() == 1 ? t.detach() : t.detach().contiguous();
+}
+
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op, "self");
   check_defined(b, op, "other");

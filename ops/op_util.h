@@ -23,6 +23,10 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const ch
 void check_floating(const Tensor& t, const char* op, const char* arg);
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
 
+// t for a kernel that reads rows at any strides but needs adjacent elements within a row
+// (RoPE, SDPA): t itself when its last dim has unit stride, else a contiguous copy. Detached.
+Tensor rows_ready(const Tensor& t);
+
 // a and b, defined and on one device, cast (differentiably) to promote_types of their dtypes:
 // the operands of a binary op, as PyTorch promotes them.
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char* op);

@@ -103,7 +103,7 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
     if (!fused_kernels()) return rope_composite(x, cos_t, sin_t, seq);
     // Rows at any strides (the heads of a packed projection, a transposed gradient) are read
     // in place; only the pairs must be adjacent.
-    Tensor xc = x.strides().back() == 1 ? x.detach() : x.detach().contiguous();
+    Tensor xc = detail::rows_ready(x);
     if (!detail::backend_of(x).rope(detail::view_of(xc), detail::view_of(cos_t),
                                     detail::view_of(sin_t), seq, detail::view_of(out))) {
       return rope_composite(x, cos_t, sin_t, seq);

@@ -120,10 +120,6 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 
 namespace {
 
-// The kernels read every operand through its strides; rows of adjacent elements keep their
-// inner loops fast. The gradient of merged heads (B, S, H, D) arrives as such a view.
-Tensor rows_ready(const Tensor& t) { return t.strides().back() == 1 ? t : t.contiguous(); }
-
 // The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.
 SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
@@ -197,7 +193,7 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
            [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
              SdpaGrads d =
                  backward_impl(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
-                               rows_ready(g[0]), ss.unpack(kOp), saved, mask_grad);
+                               detail::rows_ready(g[0]), ss.unpack(kOp), saved, mask_grad);
              std::vector<Tensor> r{d.dq, d.dk, d.dv};
              if (mask_grad) r.push_back(d.dmask);
              return r;

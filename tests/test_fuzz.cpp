@@ -26,11 +26,6 @@ int64_t iterations() {
   return env ? std::max<int64_t>(1, std::atoll(env)) : 20000;
 }
 
-std::vector<char> bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Valid files: every dtype, empty tensors first, between and last, metadata; and a few that
 // are broken by hand in ways a mutation rarely finds.
 std::vector<std::vector<char>> corpus(const fs::path& dir) {
@@ -38,7 +33,7 @@ std::vector<std::vector<char>> corpus(const fs::path& dir) {
   auto save = [&](const nn::NamedTensors& ts, const nn::Metadata& meta) {
     const fs::path p = dir / "seed.safetensors";
     nn::save_safetensors(p.string(), ts, meta);
-    files.push_back(bytes_of(p));
+    files.push_back(tgtest::read_bytes(p));
   };
   save({{"a", tgtest::rnd({2, 3}, 1).to(kFloat32)},
         {"ids", from_vector(std::vector<int64_t>{-5, 7}, {2})},
@@ -51,11 +46,7 @@ std::vector<std::vector<char>> corpus(const fs::path& dir) {
   save({}, {{"only", "metadata"}});
   const std::string python = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("b":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
-  std::vector<char> py(8 + python.size() + 8, 0);
-  const uint64_t n = python.size();
-  std::memcpy(py.data(), &n, 8);
-  std::memcpy(py.data() + 8, python.data(), python.size());
-  files.push_back(py);
+  files.push_back(tgtest::safetensors_bytes(python, std::vector<char>(8, 0)));
   return files;
 }
 

@@ -68,11 +68,6 @@ struct Run {
   nn::AdamW opt;
 };
 
-std::vector<char> read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 void write_bytes(const fs::path& p, const std::vector<char>& b) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(b.data(), static_cast<std::streamsize>(b.size()));
@@ -101,7 +96,7 @@ TEST_CASE("safetensors: round trip of every dtype, metadata, and the layout on d
           ts[i].second.to(kFloat64).to_vector<double>());
   }
   CHECK(f.metadata.at("k") == "v");
-  std::vector<char> bytes = read_bytes(path);
+  std::vector<char> bytes = tgtest::read_bytes(path);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   CHECK(n % 8 == 0);
@@ -134,13 +129,10 @@ TEST_CASE("safetensors: empty tensors anywhere, as tapegrad and Python's library
   // Python's safetensors puts the empty 'b' at [0, 0] and 'a' at [0, 8].
   const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("b":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
-  std::vector<char> bytes(8);
-  const uint64_t n = header.size();
-  std::memcpy(bytes.data(), &n, 8);
-  bytes.insert(bytes.end(), header.begin(), header.end());
   const float a[2] = {1.5f, -2.0f};
-  bytes.insert(bytes.end(), reinterpret_cast<const char*>(a), reinterpret_cast<const char*>(a) + 8);
-  write_bytes(dir / "py", bytes);
+  write_bytes(dir / "py", tgtest::safetensors_bytes(
+                              header, std::vector<char>(reinterpret_cast<const char*>(a),
+                                                        reinterpret_cast<const char*>(a) + 8)));
   nn::SafetensorsFile py = nn::load_safetensors((dir / "py").string());
   REQUIRE(py.tensors.size() == 2);
   CHECK(py.tensors[0].first == "b");
@@ -149,11 +141,7 @@ TEST_CASE("safetensors: empty tensors anywhere, as tapegrad and Python's library
   // A shape whose byte count overflows 64 bits is refused, not wrapped around to match.
   const std::string huge =
       R"({"h":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})";
-  std::vector<char> hb(8);
-  const uint64_t hn = huge.size();
-  std::memcpy(hb.data(), &hn, 8);
-  hb.insert(hb.end(), huge.begin(), huge.end());
-  write_bytes(dir / "huge", hb);
+  write_bytes(dir / "huge", tgtest::safetensors_bytes(huge));
   tgtest::check_throws_with_prefix([&] { nn::load_safetensors((dir / "huge").string()); },
                                    "[safetensors]", "too large");
   fs::remove_all(dir);
@@ -259,7 +247,7 @@ TEST_CASE("checkpoints: missing, truncated, corrupt or foreign files are refused
   const fs::path good = dir / "m.safetensors";
   nn::Transformer model(small_config(), 1);
   nn::save_module(good.string(), model);
-  std::vector<char> bytes = read_bytes(good);
+  std::vector<char> bytes = tgtest::read_bytes(good);
 
   tgtest::check_throws_with_prefix([&] { nn::load_module((dir / "nope").string(), model); },
                                    "[safetensors]", "no such file");

@@ -4,6 +4,10 @@
 
 #include <tapegrad.h>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,23 @@ inline tg::Tensor rnd(const tg::Shape& shape, uint64_t seed = 1, double lo = -1.
                       double hi = 1.0) {
   tg::Generator g{seed, 0};
   return tg::add(tg::mul(tg::rand(shape, g, tg::kFloat64), hi - lo), lo);
+}
+
+// A file's bytes.
+inline std::vector<char> read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A safetensors file by hand: the 8-byte header length, the header, the data.
+inline std::vector<char> safetensors_bytes(const std::string& header,
+                                           const std::vector<char>& data = {}) {
+  const uint64_t n = header.size();
+  std::string text(8, '\0');
+  std::memcpy(text.data(), &n, 8);
+  text += header;
+  text.append(data.begin(), data.end());
+  return std::vector<char>(text.begin(), text.end());
 }
 
 inline void check_close(const std::vector<double>& got, const std::vector<double>& want,

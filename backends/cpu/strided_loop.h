@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "backends/strided_coalesce.h"
@@ -15,15 +14,14 @@
 namespace tg::cpu {
 
 // The index space with its dims in the memory order of the first operand (the output): its
-// strides largest first, ties in their order. A transposed output is then written in
+// strides largest first, ties in their order (as laid out already, the common case, it is
+// coalesced directly). A transposed output is then written in
 // sequence, and a transposed input to it read in sequence too; elementwise results do not
 // depend on the order.
 template <int N>
 Loop<N> memory_ordered(const Shape& sizes, const std::array<const Shape*, N>& strides) {
-  const Shape& out = *strides[0];
-  std::vector<size_t> order(sizes.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out[a] > out[b]; });
+  const std::vector<size_t> order = memory_order(*strides[0]);
+  if (std::is_sorted(order.begin(), order.end())) return coalesce<N>(sizes, strides);
   Shape s;
   std::array<Shape, N> st;
   std::array<const Shape*, N> st_ptr;
