@@ -196,19 +196,24 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // --- Tensor's autograd members
 
 Tensor& Tensor::requires_grad_(bool r) {
+  checked("requires_grad_");
   TG_CHECK(!r || is_floating(dtype()), "requires_grad_",
-           "only float32/float64 tensors can require grad, got ", dtype());
+           "only floating tensors can require grad, got ", dtype());
   TG_CHECK(r || is_leaf(), "requires_grad_",
            "cannot turn off requires_grad on a non-leaf tensor; use detach()");
   impl_->requires_grad = r;
   return *this;
 }
 
-Tensor Tensor::grad() const { return impl_->grad ? Tensor(impl_->grad) : Tensor(); }
+Tensor Tensor::grad() const {
+  const TensorImpl& t = checked("grad");
+  return t.grad ? Tensor(t.grad) : Tensor();
+}
 
-void Tensor::zero_grad() const { impl_->grad.reset(); }
+void Tensor::zero_grad() const { checked("zero_grad").grad.reset(); }
 
 Tensor Tensor::detach() const {
+  checked("detach");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
   impl->sizes = impl_->sizes;
@@ -219,6 +224,7 @@ Tensor Tensor::detach() const {
 }
 
 void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
+  checked("backward");
   tg::backward({*this}, {grad_output}, retain_graph);
 }
 

@@ -1,6 +1,26 @@
 #include "core/dtype.h"
 
+#include <cmath>
+
 namespace tg {
+
+double scalar_as(double v, DType dtype) {
+  switch (dtype) {
+    case kFloat64: return v;
+    case kFloat32: return static_cast<float>(v);
+    case kBFloat16: return static_cast<float>(bfloat16(v));
+    case kFloat16: return static_cast<float>(float16(v));
+    case kInt64: return static_cast<double>(static_cast<int64_t>(v));  // callers check fits first
+    case kBool: return v != 0 ? 1.0 : 0.0;
+  }
+  return v;
+}
+
+bool scalar_fits(double v, DType dtype) {
+  if (dtype == kInt64) return std::isfinite(v) && v == std::trunc(v) && v >= -0x1p63 && v < 0x1p63;
+  if (is_floating(dtype)) return !std::isfinite(v) || std::isfinite(scalar_as(v, dtype));
+  return true;
+}
 
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 

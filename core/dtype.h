@@ -52,6 +52,15 @@ constexpr DType compute_dtype(DType t) { return is_half(t) ? DType::Float32 : t;
 // other).
 DType promote_types(DType a, DType b);
 
+// Whether `v` can be an element of `dtype` without surprise: int64 takes whole numbers in its
+// range (no NaN, no inf, no fraction: a C++ scalar does not promote a tensor, so 0.5 would
+// silently become 0), a floating dtype any value except a finite one that would round to inf,
+// bool any value (nonzero is true).
+bool scalar_fits(double v, DType dtype);
+// The scalar as a value of `dtype`, converted the way elements are (int64 truncated, 16-bit
+// types rounded once): what a comparison with a tensor of that dtype would see.
+double scalar_as(double v, DType dtype);
+
 // The C++ type of each dtype, and back.
 template <class T>
 struct dtype_of;

@@ -8,7 +8,11 @@ namespace tg {
 
 int64_t numel_of(const Shape& sizes) {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes) {
+    // A wrapped product would be a silently wrong element count (2^64 wraps to 0).
+    TG_CHECK(!__builtin_mul_overflow(n, s, &n), "numel", "shape ", shape_str(sizes),
+             " has more elements than an int64 can count");
+  }
   return n;
 }
 

@@ -5,12 +5,20 @@ namespace tg {
 Tensor Tensor::empty_like_shape(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)
     TG_CHECK(s >= 0, "empty", "sizes must be non-negative, got ", shape_str(sizes));
+  const int64_t n = numel_of(sizes);
+  TG_CHECK(n <= INT64_MAX / static_cast<int64_t>(dtype_size(dtype)), "empty", "shape ",
+           shape_str(sizes), " of ", dtype, " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(numel_of(sizes) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(n * dtype_size(dtype), device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+void Tensor::undefined(const char* op) {
+  fail(op, "the tensor is undefined (a default-constructed Tensor, or the grad() of a tensor "
+           "that received no gradient)");
 }
 
 int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
@@ -27,7 +35,8 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
-  return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(dtype());
+  const TensorImpl& t = checked("raw_data");
+  return static_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype);
 }
 
 }  // namespace tg

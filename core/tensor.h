@@ -70,17 +70,18 @@ class Tensor {
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
-  // --- metadata
-  const Shape& sizes() const { return impl_->sizes; }
-  const Shape& shape() const { return impl_->sizes; }
-  const Shape& strides() const { return impl_->strides; }
+  // --- metadata (each an "[name] ... undefined" error on an undefined tensor, never a null
+  // dereference: a default-constructed Tensor, or the grad() of a tensor that received none)
+  const Shape& sizes() const { return checked("sizes").sizes; }
+  const Shape& shape() const { return checked("shape").sizes; }
+  const Shape& strides() const { return checked("strides").strides; }
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
-  int64_t offset() const { return impl_->offset; }
-  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
-  int64_t numel() const { return numel_of(impl_->sizes); }
-  DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device(); }
+  int64_t offset() const { return checked("offset").offset; }
+  int64_t dim() const { return static_cast<int64_t>(checked("dim").sizes.size()); }
+  int64_t numel() const { return numel_of(checked("numel").sizes); }
+  DType dtype() const { return checked("dtype").dtype; }
+  Device device() const { return checked("device").storage->device(); }
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
   bool is_contiguous() const;
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
@@ -94,13 +95,13 @@ class Tensor {
   }
 
   // --- autograd (autograd/)
-  bool requires_grad() const { return impl_->requires_grad; }
+  bool requires_grad() const { return checked("requires_grad").requires_grad; }
   Tensor& requires_grad_(bool r = true);
   Tensor grad() const;
   void zero_grad() const;
   Tensor detach() const;
-  bool is_leaf() const { return impl_->grad_fn == nullptr; }
-  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return checked("grad_fn").grad_fn; }
   void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
 
   // --- views, sharing storage (ops/views.cpp)
@@ -138,6 +139,13 @@ class Tensor {
   T item() const;
 
  private:
+  TensorImpl& checked(const char* op) const {
+    if (!impl_) [[unlikely]]
+      undefined(op);
+    return *impl_;
+  }
+  [[noreturn]] static void undefined(const char* op);
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -1,6 +1,8 @@
 // Elementwise ops: validate -> allocate -> backend kernel -> record backward.
 #include "ops/elementwise.h"
 
+#include <cmath>
+
 #include "autograd/autograd.h"
 #include "ops/factories.h"
 #include "ops/op_util.h"
@@ -13,10 +15,14 @@ using detail::view_of;
 
 namespace {
 
-// A 0-d tensor of t's dtype and device; undefined for an undefined t, so that the op it feeds
-// reports the undefined argument by name.
-Tensor scalar_like(const Tensor& t, double v) {
-  return t.defined() ? scalar_tensor(v, t.options()) : Tensor();
+// The scalar operand `arg` of op as a 0-d tensor of t's dtype and device (a C++ scalar does
+// not promote a tensor), or an "[op]" error when t's dtype cannot hold it (0.5 or NaN for an
+// int64 tensor would silently become 0 or undefined behaviour). Undefined for an undefined t,
+// so that the op it feeds reports the undefined argument by name.
+Tensor scalar_like(const Tensor& t, double v, const char* op, const char* arg) {
+  if (!t.defined()) return Tensor();
+  detail::check_scalar(v, t.dtype(), op, arg);
+  return scalar_tensor(v, t.options());
 }
 
 // out = op(a, b) with broadcasting; no autograd.
@@ -156,12 +162,12 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return extremum(BinaryOp::Minimum, BinaryOp::Lt, "minimum", a, b);
 }
 
-Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
-Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
-Tensor sub(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }
-Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
-Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
-Tensor div(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b, "add", "other")); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b, "sub", "other")); }
+Tensor sub(double a, const Tensor& b) { return sub(scalar_like(b, a, "sub", "self"), b); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b, "mul", "other")); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b, "div", "other")); }
+Tensor div(double a, const Tensor& b) { return div(scalar_like(b, a, "div", "self"), b); }
 
 Tensor neg(const Tensor& x) {
   detail::check_defined(x, "neg", "self");
@@ -223,7 +229,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 Tensor relu(const Tensor& x) {
   return unary_diff(UnaryOp::Relu, "relu", x, 0, [](const Tensor& xv, const Tensor&) {
-    return binary_kernel(BinaryOp::Gt, xv, scalar_like(xv, 0), "relu").to(xv.dtype());
+    return binary_kernel(BinaryOp::Gt, xv, scalar_like(xv, 0, "relu", "self"), "relu").to(xv.dtype());
   });
 }
 Tensor silu(const Tensor& x) {
@@ -269,6 +275,29 @@ Tensor comparison(BinaryOp op, const Tensor& self, const Tensor& other, const ch
   auto [a, b] = detail::promoted(self, other, name);
   return binary_kernel(op, a, b, name);
 }
+
+// self `op` b (Eq, Ne, Lt or Gt) with b compared as the number it is, not as the element of
+// self's dtype nearest to it: lt(int64 [0], 0.5) is true, eq(float16 x, 70000) is false (70000
+// rounds to inf in float16).
+Tensor compare_scalar(BinaryOp op, const Tensor& self, double b, const char* name) {
+  detail::check_defined(self, name, "self");
+  const DType t = self.dtype();
+  const auto all = [&](bool v) { return full(self.sizes(), v, TensorOptions(kBool).device(self.device())); };
+  if (std::isnan(b)) {
+    if (!is_floating(t)) return all(op == BinaryOp::Ne);
+  } else if (!scalar_fits(b, t) || scalar_as(b, t) != b) {
+    if (is_floating(t)) {  // every float is a double: compare there, exactly
+      return comparison(op, self.to(kFloat64), scalar_tensor(b, TensorOptions(kFloat64).device(self.device())), name);
+    }
+    // An int64 or bool x against a b that is none of its values: x == b never holds, and
+    // x < b (x > b) is x < ceil(b) (x > floor(b)), or always or never when b is out of range.
+    if (op == BinaryOp::Eq || op == BinaryOp::Ne) return all(op == BinaryOp::Ne);
+    if (b >= 0x1p63 || b < -0x1p63) return all((op == BinaryOp::Lt) == (b > 0));
+    const Tensor x = self.to(kInt64);
+    return comparison(op, x, scalar_tensor(op == BinaryOp::Lt ? std::ceil(b) : std::floor(b), x.options()), name);
+  }
+  return comparison(op, self, scalar_tensor(b, self.options()), name);
+}
 }  // namespace
 
 Tensor eq(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Eq, a, b, "eq"); }
@@ -277,10 +306,10 @@ Tensor lt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Lt, a,
 Tensor le(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return comparison(BinaryOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
+Tensor eq(const Tensor& a, double b) { return compare_scalar(BinaryOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, double b) { return compare_scalar(BinaryOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, double b) { return compare_scalar(BinaryOp::Lt, a, b, "lt"); }
+Tensor gt(const Tensor& a, double b) { return compare_scalar(BinaryOp::Gt, a, b, "gt"); }
 
 Tensor logical_not(const Tensor& x) {
   detail::check_defined(x, "logical_not", "self");
@@ -330,10 +359,10 @@ Tensor where(const Tensor& cond, const Tensor& input, const Tensor& other) {
   return out;
 }
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
-  return where(cond, a, scalar_like(a, b));
+  return where(cond, a, scalar_like(a, b, "where", "other"));
 }
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
-  return where(cond, scalar_like(b, a), b);
+  return where(cond, scalar_like(b, a, "where", "self"), b);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
@@ -343,7 +372,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   TG_CHECK(shape == x.sizes(), "masked_fill", "mask of shape ", shape_str(mask.sizes()),
            " must broadcast to self's shape ", shape_str(x.sizes()));
-  return where(mask, scalar_like(x, value), x);
+  return where(mask, scalar_like(x, value, "masked_fill", "value"), x);
 }
 
 // --- operators

@@ -19,6 +19,7 @@ Tensor empty(const Shape& sizes, TensorOptions opts) {
 }
 
 Tensor full(const Shape& sizes, double value, TensorOptions opts) {
+  detail::check_scalar(value, opts.dtype(), "full", "value");
   Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
   if (t.numel()) detail::backend_of(t).fill(view_of(t), value);
   return finish(t, opts);
@@ -26,17 +27,29 @@ Tensor full(const Shape& sizes, double value, TensorOptions opts) {
 Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
 Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
-Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.options()); }
+Tensor zeros_like(const Tensor& t) {
+  detail::check_defined(t, "zeros_like", "self");
+  return zeros(t.sizes(), t.options());
+}
+Tensor ones_like(const Tensor& t) {
+  detail::check_defined(t, "ones_like", "self");
+  return ones(t.sizes(), t.options());
+}
+Tensor full_like(const Tensor& t, double value) {
+  detail::check_defined(t, "full_like", "self");
+  return full(t.sizes(), value, t.options());
+}
 
 Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   TG_CHECK(step != 0.0, "arange", "step must be non-zero");
-  TG_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite");
-  double n = std::ceil((end - start) / step);
-  int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
+  TG_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange",
+           "start, end and step must be finite, got ", start, ", ", end, " and ", step);
+  const double n = std::ceil((end - start) / step);
+  TG_CHECK(n < 0x1p62, "arange", "start ", start, ", end ", end, " and step ", step, " give ", n,
+           " elements, more than a tensor can hold");
+  const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
   Tensor t = Tensor::empty_like_shape({count}, opts.dtype(), opts.device());
   if (count) detail::backend_of(t).arange(view_of(t), start, step);
   return finish(t, opts);
@@ -68,8 +81,15 @@ Tensor randn(const Shape& sizes, TensorOptions opts) {
 }
 
 Tensor from_buffer(const void* data, DType src, int64_t n, const Shape& sizes, TensorOptions opts) {
-  TG_CHECK(n == numel_of(sizes), "from_vector", "got ", n, " values for shape ", shape_str(sizes),
+  return detail::from_host(data, src, n, sizes, opts, "from_buffer");
+}
+
+Tensor detail::from_host(const void* data, DType src, int64_t n, const Shape& sizes,
+                         TensorOptions opts, const char* op) {
+  TG_CHECK(n == numel_of(sizes), op, "got ", n, " values for shape ", shape_str(sizes),
            " (expected ", numel_of(sizes), ")");
+  TG_CHECK(data != nullptr || n == 0, op, "argument 'data' is a null pointer, expected ", n,
+           " values");
   Tensor host = Tensor::empty_like_shape(sizes, src, kCPU);
   if (n) cpu_backend().from_host(data, host.raw_data(), n * dtype_size(src));
   Tensor out = host.to(opts.dtype()).to(opts.device());
@@ -79,12 +99,14 @@ Tensor from_buffer(const void* data, DType src, int64_t n, const Shape& sizes, T
 
 Tensor from_vector(const std::vector<bool>& values, const Shape& sizes, TensorOptions opts) {
   std::vector<uint8_t> bytes(values.begin(), values.end());
-  return from_buffer(bytes.data(), kBool, static_cast<int64_t>(bytes.size()), sizes, opts);
+  return detail::from_host(bytes.data(), kBool, static_cast<int64_t>(bytes.size()), sizes, opts,
+                           "from_vector");
 }
 
 Tensor from_vector(const std::vector<int>& values, const Shape& sizes, TensorOptions opts) {
   std::vector<int64_t> wide(values.begin(), values.end());
-  return from_buffer(wide.data(), kInt64, static_cast<int64_t>(wide.size()), sizes, opts);
+  return detail::from_host(wide.data(), kInt64, static_cast<int64_t>(wide.size()), sizes, opts,
+                           "from_vector");
 }
 
 }  // namespace tg

@@ -28,16 +28,21 @@ Tensor randn(const Shape& sizes, Generator& gen, TensorOptions opts = {});
 // Copies n values of type `src` from host memory into a new tensor of `sizes`.
 Tensor from_buffer(const void* data, DType src, int64_t n, const Shape& sizes, TensorOptions opts);
 
+namespace detail {
+// from_buffer with its errors named for `op`.
+Tensor from_host(const void* data, DType src, int64_t n, const Shape& sizes, TensorOptions opts,
+                 const char* op);
+}  // namespace detail
+
 // tg::from_vector(values, shape, options): the dtype defaults to the vector's element type.
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& sizes) {
-  return from_buffer(values.data(), dtype_of<T>::value, static_cast<int64_t>(values.size()), sizes,
-                     TensorOptions(dtype_of<T>::value));
+  return from_vector(values, sizes, TensorOptions(dtype_of<T>::value));
 }
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& sizes, TensorOptions opts) {
-  return from_buffer(values.data(), dtype_of<T>::value, static_cast<int64_t>(values.size()), sizes,
-                     opts);
+  return detail::from_host(values.data(), dtype_of<T>::value, static_cast<int64_t>(values.size()),
+                           sizes, opts, "from_vector");
 }
 Tensor from_vector(const std::vector<bool>& values, const Shape& sizes, TensorOptions opts = kBool);
 Tensor from_vector(const std::vector<int>& values, const Shape& sizes, TensorOptions opts = kInt64);

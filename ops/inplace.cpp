@@ -14,6 +14,15 @@ void check_inplace(const Tensor& self, const char* op) {
   TG_CHECK(!(grad_enabled() && self.requires_grad()), op,
            "in-place op on a tensor that requires grad (shape ", shape_str(self.sizes()),
            ") while grad mode is on; wrap optimizer and initialisation code in tg::NoGradGuard");
+  // A dim of stride 0 (an expand) makes several elements one memory location: writing them
+  // would apply the op once per alias (x.expand(...).add_(1) adding 2 to x). PyTorch refuses
+  // the same case; other overlaps cannot be made with tapegrad's views.
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    TG_CHECK(self.strides()[d] != 0 || self.sizes()[d] <= 1, op, "argument 'self' of shape ",
+             shape_str(self.sizes()), " has stride 0 in dim ", d,
+             " (an expanded view): more than one of its elements is one memory location, so "
+             "it cannot be written in place; clone() it first");
+  }
 }
 
 // self = op(self, other), other broadcast to self's shape.
@@ -37,16 +46,23 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   if (alpha == 1.0) return binary_inplace(*this, BinaryOp::Add, other, "add_");
+  detail::check_defined(*this, "add_", "self");
+  detail::check_defined(other, "add_", "other");
+  detail::check_scalar(alpha, dtype(), "add_", "alpha");
   NoGradGuard ng;
   return binary_inplace(*this, BinaryOp::Add, mul(other.detach(), alpha), "add_");
 }
 Tensor& Tensor::add_(double value) {
+  detail::check_defined(*this, "add_", "self");
+  detail::check_scalar(value, dtype(), "add_", "value");
   return binary_inplace(*this, BinaryOp::Add, scalar_tensor(value, options()), "add_");
 }
 Tensor& Tensor::mul_(const Tensor& other) {
   return binary_inplace(*this, BinaryOp::Mul, other, "mul_");
 }
 Tensor& Tensor::mul_(double value) {
+  detail::check_defined(*this, "mul_", "self");
+  detail::check_scalar(value, dtype(), "mul_", "value");
   return binary_inplace(*this, BinaryOp::Mul, scalar_tensor(value, options()), "mul_");
 }
 
@@ -64,11 +80,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
+  detail::check_scalar(value, dtype(), "fill_", "value");
   if (numel()) detail::backend_of(*this).fill(detail::view_of(*this), value);
   impl()->storage->bump_version();
   return *this;
 }
 
-Tensor& Tensor::zero_() { return fill_(0.0); }
+Tensor& Tensor::zero_() {
+  detail::check_defined(*this, "zero_", "self");
+  return fill_(0.0);
+}
 
 }  // namespace tg

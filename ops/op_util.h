@@ -22,6 +22,8 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op, const c
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* arg);
 void check_floating(const Tensor& t, const char* op, const char* arg);
 void check_dtype(const Tensor& t, DType want, const char* op, const char* arg);
+// An "[op] argument 'arg'" error unless scalar v can be an element of dtype (scalar_fits).
+void check_scalar(double v, DType dtype, const char* op, const char* arg);
 
 // t for a kernel that reads rows at any strides but needs adjacent elements within a row
 // (RoPE, SDPA): t itself when its last dim has unit stride, else a contiguous copy. Detached.

@@ -46,6 +46,7 @@ Shape infer_size(const Shape& want, int64_t numel, const char* op) {
 }  // namespace
 
 Tensor Tensor::view(const Shape& want) const {
+  detail::check_defined(*this, "view", "self");
   Shape s = infer_size(want, numel(), "view");
   TG_CHECK(is_contiguous(), "view", "tensor of shape ", shape_str(sizes()), " with strides ",
            shape_str(strides()), " is not contiguous; use reshape() (which copies)");
@@ -57,13 +58,19 @@ Tensor Tensor::view(const Shape& want) const {
 }
 
 Tensor Tensor::reshape(const Shape& want) const {
+  detail::check_defined(*this, "reshape", "self");
+  infer_size(want, numel(), "reshape");  // its errors named for reshape, not the view below
   if (is_contiguous()) return view(want);
   return contiguous().view(want);
 }
 
-Tensor Tensor::flatten() const { return reshape({numel()}); }
+Tensor Tensor::flatten() const {
+  detail::check_defined(*this, "flatten", "self");
+  return reshape({numel()});
+}
 
 Tensor Tensor::permute(const Shape& dims) const {
+  detail::check_defined(*this, "permute", "self");
   const int64_t nd = dim();
   TG_CHECK(static_cast<int64_t>(dims.size()) == nd, "permute", "expected ", nd,
            " dims for a tensor of shape ", shape_str(sizes()), ", got ", shape_str(dims));
@@ -85,6 +92,7 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  detail::check_defined(*this, "transpose", "self");
   const int64_t nd = dim();
   Shape p(nd);
   std::iota(p.begin(), p.end(), 0);
@@ -93,6 +101,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  detail::check_defined(*this, "slice", "self");
   d = normalize_dim(d, dim(), "slice");
   TG_CHECK(step > 0, "slice", "step must be positive, got ", step);
   const int64_t n = sizes()[d];
@@ -113,6 +122,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  detail::check_defined(*this, "narrow", "self");
   d = normalize_dim(d, dim(), "narrow");
   const int64_t n = sizes()[d];
   if (start < 0) start += n;
@@ -122,6 +132,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::expand(const Shape& want) const {
+  detail::check_defined(*this, "expand", "self");
   const int64_t nd = static_cast<int64_t>(want.size()), lead = nd - dim();
   TG_CHECK(lead >= 0, "expand", "cannot expand shape ", shape_str(sizes()), " to ", shape_str(want),
            " (fewer dims)");
@@ -149,6 +160,7 @@ Tensor Tensor::expand(const Shape& want) const {
 }
 
 Tensor Tensor::squeeze() const {
+  detail::check_defined(*this, "squeeze", "self");
   Shape s;
   for (int64_t v : sizes())
     if (v != 1) s.push_back(v);
@@ -156,6 +168,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  detail::check_defined(*this, "squeeze", "self");
   d = normalize_dim(d, dim(), "squeeze");
   if (sizes()[d] != 1) return *this;
   Shape s = sizes();
@@ -164,6 +177,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  detail::check_defined(*this, "unsqueeze", "self");
   d = normalize_dim(d, dim() + 1, "unsqueeze");
   Shape s = sizes();
   s.insert(s.begin() + d, 1);
@@ -191,15 +205,20 @@ Tensor Tensor::reshape_view_of_dims(const Shape& s) const {
 }
 
 Tensor Tensor::clone() const {
+  detail::check_defined(*this, "clone", "self");
   Tensor out = Tensor::empty_like_shape(sizes(), dtype(), device());
   if (numel()) detail::backend_of(*this).copy(detail::view_of(*this), detail::view_of(out));
   record("clone", {*this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  detail::check_defined(*this, "contiguous", "self");
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::to(DType t) const {
+  detail::check_defined(*this, "to", "self");
   if (t == dtype()) return *this;
   Tensor out = Tensor::empty_like_shape(sizes(), t, device());
   if (numel()) detail::backend_of(*this).copy(detail::view_of(*this), detail::view_of(out));
@@ -212,6 +231,7 @@ Tensor Tensor::to(DType t) const {
 }
 
 Tensor Tensor::to(Device d) const {
+  detail::check_defined(*this, "to", "self");
   if (d == device()) return *this;
   Tensor src = contiguous();
   Tensor out = Tensor::empty_like_shape(sizes(), dtype(), d);

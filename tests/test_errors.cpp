@@ -24,7 +24,7 @@ TEST_CASE("shape errors") {
                            "at least 1-D");
   check_throws_with_prefix([&] { a.view({4, 2}); }, "[view]", "invalid");
   check_throws_with_prefix([&] { a.transpose(0, 1).view({6}); }, "[view]", "not contiguous");
-  check_throws_with_prefix([&] { a.reshape({-1, -1}); }, "[view]", "only one dimension");
+  check_throws_with_prefix([&] { a.reshape({-1, -1}); }, "[reshape]", "only one dimension");
   check_throws_with_prefix([&] { a.permute({0, 0}); }, "[permute]", "repeat");
   check_throws_with_prefix([&] { a.permute({0}); }, "[permute]", "expected 2 dims");
   check_throws_with_prefix([&] { a.expand({2, 4}); }, "[expand]", "cannot expand");

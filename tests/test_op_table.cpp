@@ -77,9 +77,12 @@ std::set<std::string> public_ops() {
     std::ifstream in(root + "/" + header);  // NOLINT(performance-inefficient-string-concatenation)
     REQUIRE(in.good());
     std::string l;
+    bool in_detail = false;  // namespace detail { ... }: helpers, not ops
     while (std::getline(in, l)) {
+      if (l.rfind("namespace detail", 0) == 0) in_detail = true;
+      if (l.rfind("}  // namespace detail", 0) == 0) in_detail = false;
       const std::string name = declared_name(l);
-      if (!name.empty()) names.insert(name);
+      if (!name.empty() && !in_detail) names.insert(name);
     }
   }
   return names;
