@@ -217,6 +217,7 @@ Tensor abs(const Tensor& x) {
 }
 Tensor sign(const Tensor& x) {
   detail::check_defined(x, "sign", "self");
+  TG_CHECK(x.dtype() != kBool, "sign", "argument 'self' must be numeric, got bool");
   return unary_op(UnaryOp::Sign, x);  // gradient zero almost everywhere: not recorded
 }
 Tensor tanh(const Tensor& x) {

@@ -31,6 +31,8 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
   detail::check_defined(other, name, "other");
   detail::check_same_device(self, other, name, "other");
   detail::check_same_dtype(self, other, name, "other");
+  TG_CHECK(scalar::accepts(op, self.dtype()), name, "argument 'self' has dtype ", self.dtype(),
+           ", which this op does not take");
   Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
   TG_CHECK(shape == self.sizes(), name, "argument 'other' of shape ", shape_str(other.sizes()),
            " must broadcast to self's shape ", shape_str(self.sizes()));

@@ -52,6 +52,8 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string arg = "tensors[" + std::to_string(i) + "]";
     detail::check_defined(ts[i], "stack", arg.c_str());
+    detail::check_same_dtype(ts[0], ts[i], "stack", arg.c_str());
+    detail::check_same_device(ts[0], ts[i], "stack", arg.c_str());
   }
   const int64_t d = normalize_dim(dim, ts[0].dim() + 1, "stack");
   std::vector<Tensor> parts;

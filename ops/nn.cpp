@@ -1,5 +1,7 @@
 #include "ops/nn.h"
 
+#include <algorithm>
+
 #include "autograd/autograd.h"
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
@@ -75,10 +77,40 @@ Tensor swiglu_backward_composite(const Tensor& grad, const Tensor& x) {
   return cat({mul(mul(grad, up), unary_op(UnaryOp::SiluGrad, gate)), mul(grad, silu(gate))}, -1);
 }
 
+// grad and x defined, floating, of one dtype and device; grad of `grad_shape`.
+void check_grad_and_x(const Tensor& grad, const Tensor& x, const Shape& grad_shape,
+                      const char* op) {
+  detail::check_defined(grad, op, "grad");
+  detail::check_defined(x, op, "x");
+  detail::check_floating(x, op, "x");
+  detail::check_same_device(x, grad, op, "grad");
+  detail::check_same_dtype(x, grad, op, "grad");
+  TG_CHECK(grad.sizes() == grad_shape, op, "argument 'grad' has shape ", shape_str(grad.sizes()),
+           ", expected ", shape_str(grad_shape), " (the forward's output for x ",
+           shape_str(x.sizes()), ")");
+}
+
 }  // namespace
 
 std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                       const Tensor& rstd) {
+  const char* op = "rms_norm_backward";
+  detail::check_defined(x, op, "x");
+  TG_CHECK(x.dim() >= 1, op, "argument 'x' must have a feature dim, got a 0-d tensor");
+  check_grad_and_x(grad, x, x.sizes(), op);
+  const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
+  detail::check_defined(rstd, op, "rstd");
+  detail::check_same_device(x, rstd, op, "rstd");
+  TG_CHECK(rstd.sizes() == rows && rstd.dtype() == compute_dtype(x.dtype()), op,
+           "argument 'rstd' must be ", compute_dtype(x.dtype()), " of shape ", shape_str(rows),
+           " (rms_norm's statistics for x ", shape_str(x.sizes()), "), got ", rstd.dtype(), " ",
+           shape_str(rstd.sizes()));
+  if (weight.defined()) {
+    detail::check_same_device(x, weight, op, "weight");
+    detail::check_same_dtype(x, weight, op, "weight");
+    TG_CHECK(weight.sizes() == Shape{x.sizes().back()}, op, "argument 'weight' must have shape [",
+             x.sizes().back(), "] (x's last dim), got ", shape_str(weight.sizes()));
+  }
   if (!fused_kernels()) return rms_norm_backward_composite(grad, x, weight, rstd);
   const int64_t d = x.sizes().back();
   Tensor g = grad.contiguous(), xc = x.contiguous();
@@ -133,6 +165,13 @@ Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
 }
 
 Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
+  detail::check_defined(x, "swiglu_backward", "x");
+  TG_CHECK(x.dim() >= 1 && x.sizes().back() % 2 == 0, "swiglu_backward",
+           "argument 'x' must end in an even dim (gate and up halves), got shape ",
+           shape_str(x.sizes()));
+  Shape out_shape = x.sizes();
+  out_shape.back() /= 2;
+  check_grad_and_x(grad, x, out_shape, "swiglu_backward");
   if (!fused_kernels()) return swiglu_backward_composite(grad, x);
   Tensor g = grad.contiguous();
   Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
@@ -174,9 +213,9 @@ void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const c
   TG_CHECK(lo >= 0 && hi < rows, op, "argument '", arg, "' holds ids in [", lo, ", ", hi,
            "], expected every id in [0, ", rows, ")");
 }
-}  // namespace
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+// embedding_backward without its checks: the tape's call, whose ids embedding checked.
+Tensor embedding_grad(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
   const int64_t d = grad.sizes().back();
   Tensor g = grad.contiguous(), i = ids.contiguous();
   Tensor gw = zeros({num_rows, d}, grad.options());
@@ -185,6 +224,23 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
                                               detail::view_of(i), detail::view_of(gw));
   }
   return gw;
+}
+}  // namespace
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  const char* op = "embedding_backward";
+  detail::check_defined(grad, op, "grad");
+  detail::check_defined(ids, op, "ids");
+  detail::check_floating(grad, op, "grad");
+  detail::check_dtype(ids, kInt64, op, "ids");
+  detail::check_same_device(grad, ids, op, "ids");
+  TG_CHECK(num_rows >= 0, op, "argument 'num_rows' must be >= 0, got ", num_rows);
+  TG_CHECK(grad.dim() == ids.dim() + 1 &&
+               std::equal(ids.sizes().begin(), ids.sizes().end(), grad.sizes().begin()),
+           op, "argument 'grad' has shape ", shape_str(grad.sizes()), ", expected ids' shape ",
+           shape_str(ids.sizes()), " and one more dim (the embedding's)");
+  check_ids_in_range(ids, num_rows, op, "ids");
+  return embedding_grad(grad, ids, num_rows);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
@@ -205,7 +261,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   if (any_requires_grad({weight})) {
     SavedTensor si(i);
     record("embedding", {weight}, {&out}, [si, rows](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{embedding_backward(g[0], si.unpack("embedding"), rows)};
+      return std::vector<Tensor>{embedding_grad(g[0], si.unpack("embedding"), rows)};
     });
   }
   return out;

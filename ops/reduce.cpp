@@ -133,13 +133,18 @@ Tensor logsumexp(const Tensor& input, const Dims& dims, bool keepdim) {
   detail::check_defined(input, "logsumexp", "self");
   const Tensor x = detail::autocast_float32(input);
   detail::check_floating(x, "logsumexp", "self");
+  auto red = reduced_mask(x, dims, "logsumexp");
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    // Over no elements the sum is 0 and its log -inf, as in PyTorch (the max below would
+    // refuse an empty dim).
+    if (red[d] && x.size(d) == 0) return log(sum(exp(x), dims, keepdim));
+  }
   Tensor out = detail::in_compute_dtype(x, [&](const Tensor& xc) {
     Tensor m = max(xc.detach(), dims, true);
     m = where(isfinite(m), m, 0.0);
     return add(log(sum(exp(sub(xc, m)), dims, true)), m);
   });
   if (keepdim) return out;
-  auto red = reduced_mask(x, dims, "logsumexp");
   return out.reshape(drop_shape(x, red));
 }
 

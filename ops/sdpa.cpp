@@ -48,9 +48,9 @@ bool float_mask(const SdpaOptions& o) { return o.mask && o.mask->dtype() != kBoo
 SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v,
                                const SdpaOptions& o) {
   check_input(q, "q", q);
+  detail::check_floating(q, kOp, "q");
   check_input(k, "k", q);
   check_input(v, "v", q);
-  detail::check_floating(q, kOp, "q");
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hk = k.size(1), Skv = k.size(2);
   TG_CHECK(k.size(0) == B && v.size(0) == B, kOp, "batch sizes differ: q ", shape_str(q.sizes()),
@@ -64,7 +64,8 @@ SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v
   TG_CHECK(o.dropout_p >= 0 && o.dropout_p < 1, kOp, "dropout_p must be in [0, 1), got ",
            o.dropout_p);
   TG_CHECK(o.window >= 0, kOp, "window must be >= 0, got ", o.window);
-  TG_CHECK(o.softcap >= 0, kOp, "softcap must be >= 0, got ", o.softcap);
+  TG_CHECK(o.softcap >= 0 && std::isfinite(o.softcap), kOp,
+           "softcap must be finite and >= 0 (0 turns it off), got ", o.softcap);
   TG_CHECK(!o.scale || std::isfinite(*o.scale), kOp, "scale must be finite");
   check_lengths(o.seq_len_q, "seq_len_q", B, Sq, q);
   check_lengths(o.seq_len_kv, "seq_len_kv", B, Skv, q);
@@ -203,6 +204,7 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
 }
 
 Tensor alibi_slopes(int64_t heads) {
+  TG_CHECK(heads >= 0, "alibi_slopes", "argument 'heads' must be >= 0, got ", heads);
   std::vector<double> s(heads);
   for (int64_t h = 0; h < heads; ++h) s[h] = alibi_slope(h, heads);
   return from_vector(s, {heads});
@@ -212,6 +214,9 @@ Tensor sdpa_dropout_mask(int64_t batch, int64_t heads_q, int64_t len_q, int64_t 
                          const SdpaOptions& opts, Device device) {
   TG_CHECK(opts.dropout_p >= 0 && opts.dropout_p < 1, "sdpa_dropout_mask",
            "dropout_p must be in [0, 1), got ", opts.dropout_p);
+  TG_CHECK(batch >= 0 && heads_q >= 0 && len_q >= 0 && len_kv >= 0, "sdpa_dropout_mask",
+           "sizes must be >= 0, got batch ", batch, ", heads_q ", heads_q, ", len_q ", len_q,
+           ", len_kv ", len_kv);
   Generator gen{opts.seed, opts.offset};
   Tensor u = rand({batch, heads_q, len_q, len_kv}, gen, TensorOptions(kFloat32).device(device));
   return gt(u, static_cast<double>(static_cast<float>(opts.dropout_p)));
