@@ -6,12 +6,18 @@ namespace tg {
 
 double scalar_as(double v, DType dtype) {
   switch (dtype) {
-    case kFloat64: return v;
-    case kFloat32: return static_cast<float>(v);
-    case kBFloat16: return static_cast<float>(bfloat16(v));
-    case kFloat16: return static_cast<float>(float16(v));
-    case kInt64: return static_cast<double>(static_cast<int64_t>(v));  // callers check fits first
-    case kBool: return v != 0 ? 1.0 : 0.0;
+    case kFloat64:
+      return v;
+    case kFloat32:
+      return static_cast<float>(v);
+    case kBFloat16:
+      return static_cast<float>(bfloat16(v));
+    case kFloat16:
+      return static_cast<float>(float16(v));
+    case kInt64:
+      return static_cast<double>(static_cast<int64_t>(v));  // callers check fits first
+    case kBool:
+      return v != 0 ? 1.0 : 0.0;
   }
   return v;
 }

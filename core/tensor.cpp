@@ -17,14 +17,22 @@ Tensor Tensor::empty_like_shape(const Shape& sizes, DType dtype, Device device) 
 }
 
 void Tensor::undefined(const char* op) {
-  fail(op, "the tensor is undefined (a default-constructed Tensor, or the grad() of a tensor "
-           "that received no gradient)");
+  fail(op,
+       "the tensor is undefined (a default-constructed Tensor, or the grad() of a tensor "
+       "that received no gradient)");
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  const Shape& s = checked("size").sizes;
+  return s[normalize_dim(d, static_cast<int64_t>(s.size()), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  const Shape& s = checked("stride").strides;
+  return s[normalize_dim(d, static_cast<int64_t>(s.size()), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
+  checked("is_contiguous");
   int64_t expected = 1;
   for (size_t i = sizes().size(); i-- > 0;) {
     if (sizes()[i] == 1) continue;

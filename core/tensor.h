@@ -89,6 +89,7 @@ class Tensor {
   void* raw_data() const;
   template <class T>
   T* data_ptr() const {
+    checked("data_ptr");
     TG_CHECK(dtype() == dtype_of<T>::value, "data_ptr", "tensor has dtype ", dtype(),
              ", requested ", dtype_of<T>::value);
     return static_cast<T*>(raw_data());
@@ -163,6 +164,7 @@ std::vector<T> Tensor::to_vector() const {
 
 template <class T>
 T Tensor::item() const {
+  checked("item");
   TG_CHECK(numel() == 1, "item", "expected a tensor with one element, got shape ",
            shape_str(sizes()));
   return to_vector<T>()[0];

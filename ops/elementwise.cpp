@@ -230,7 +230,8 @@ Tensor sigmoid(const Tensor& x) {
 }
 Tensor relu(const Tensor& x) {
   return unary_diff(UnaryOp::Relu, "relu", x, 0, [](const Tensor& xv, const Tensor&) {
-    return binary_kernel(BinaryOp::Gt, xv, scalar_like(xv, 0, "relu", "self"), "relu").to(xv.dtype());
+    return binary_kernel(BinaryOp::Gt, xv, scalar_like(xv, 0, "relu", "self"), "relu")
+        .to(xv.dtype());
   });
 }
 Tensor silu(const Tensor& x) {
@@ -283,19 +284,23 @@ Tensor comparison(BinaryOp op, const Tensor& self, const Tensor& other, const ch
 Tensor compare_scalar(BinaryOp op, const Tensor& self, double b, const char* name) {
   detail::check_defined(self, name, "self");
   const DType t = self.dtype();
-  const auto all = [&](bool v) { return full(self.sizes(), v, TensorOptions(kBool).device(self.device())); };
+  const auto all = [&](bool v) {
+    return full(self.sizes(), v, TensorOptions(kBool).device(self.device()));
+  };
   if (std::isnan(b)) {
     if (!is_floating(t)) return all(op == BinaryOp::Ne);
   } else if (!scalar_fits(b, t) || scalar_as(b, t) != b) {
     if (is_floating(t)) {  // every float is a double: compare there, exactly
-      return comparison(op, self.to(kFloat64), scalar_tensor(b, TensorOptions(kFloat64).device(self.device())), name);
+      return comparison(op, self.to(kFloat64),
+                        scalar_tensor(b, TensorOptions(kFloat64).device(self.device())), name);
     }
     // An int64 or bool x against a b that is none of its values: x == b never holds, and
     // x < b (x > b) is x < ceil(b) (x > floor(b)), or always or never when b is out of range.
     if (op == BinaryOp::Eq || op == BinaryOp::Ne) return all(op == BinaryOp::Ne);
     if (b >= 0x1p63 || b < -0x1p63) return all((op == BinaryOp::Lt) == (b > 0));
     const Tensor x = self.to(kInt64);
-    return comparison(op, x, scalar_tensor(op == BinaryOp::Lt ? std::ceil(b) : std::floor(b), x.options()), name);
+    return comparison(
+        op, x, scalar_tensor(op == BinaryOp::Lt ? std::ceil(b) : std::floor(b), x.options()), name);
   }
   return comparison(op, self, scalar_tensor(b, self.options()), name);
 }

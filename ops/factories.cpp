@@ -12,32 +12,45 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
   if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
-}  // namespace
 
-Tensor empty(const Shape& sizes, TensorOptions opts) {
-  return finish(Tensor::empty_like_shape(sizes, opts.dtype(), opts.device()), opts);
+// A new tensor of `sizes`, its size errors named for the factory `op` called.
+Tensor fresh(const Shape& sizes, const TensorOptions& opts, const char* op) {
+  for (int64_t s : sizes)
+    TG_CHECK(s >= 0, op, "sizes must be non-negative, got ", shape_str(sizes));
+  return Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
 }
 
-Tensor full(const Shape& sizes, double value, TensorOptions opts) {
-  detail::check_scalar(value, opts.dtype(), "full", "value");
-  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+Tensor filled(const Shape& sizes, double value, const TensorOptions& opts, const char* op) {
+  detail::check_scalar(value, opts.dtype(), op, "value");
+  Tensor t = fresh(sizes, opts, op);
   if (t.numel()) detail::backend_of(t).fill(view_of(t), value);
   return finish(t, opts);
 }
-Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
-Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
-Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions opts) {
+  return finish(fresh(sizes, opts, "empty"), opts);
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions opts) {
+  return filled(sizes, value, opts, "full");
+}
+Tensor zeros(const Shape& sizes, TensorOptions opts) { return filled(sizes, 0.0, opts, "zeros"); }
+Tensor ones(const Shape& sizes, TensorOptions opts) { return filled(sizes, 1.0, opts, "ones"); }
+Tensor scalar_tensor(double value, TensorOptions opts) {
+  return filled({}, value, opts, "scalar_tensor");
+}
 Tensor zeros_like(const Tensor& t) {
   detail::check_defined(t, "zeros_like", "self");
-  return zeros(t.sizes(), t.options());
+  return filled(t.sizes(), 0.0, t.options(), "zeros_like");
 }
 Tensor ones_like(const Tensor& t) {
   detail::check_defined(t, "ones_like", "self");
-  return ones(t.sizes(), t.options());
+  return filled(t.sizes(), 1.0, t.options(), "ones_like");
 }
 Tensor full_like(const Tensor& t, double value) {
   detail::check_defined(t, "full_like", "self");
-  return full(t.sizes(), value, t.options());
+  return filled(t.sizes(), value, t.options(), "full_like");
 }
 
 Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
@@ -56,18 +69,16 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 }
 
 Tensor rand(const Shape& sizes, Generator& gen, TensorOptions opts) {
-  TG_CHECK(is_floating(opts.dtype()), "rand", "dtype must be floating, got ",
-           opts.dtype());
-  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  TG_CHECK(is_floating(opts.dtype()), "rand", "dtype must be floating, got ", opts.dtype());
+  Tensor t = fresh(sizes, opts, "rand");
   uint64_t off = gen.take(static_cast<uint64_t>(t.numel()));
   if (t.numel()) detail::backend_of(t).rand_uniform(view_of(t), gen.seed, off);
   return finish(t, opts);
 }
 
 Tensor randn(const Shape& sizes, Generator& gen, TensorOptions opts) {
-  TG_CHECK(is_floating(opts.dtype()), "randn", "dtype must be floating, got ",
-           opts.dtype());
-  Tensor t = Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  TG_CHECK(is_floating(opts.dtype()), "randn", "dtype must be floating, got ", opts.dtype());
+  Tensor t = fresh(sizes, opts, "randn");
   uint64_t off = gen.take(2 * static_cast<uint64_t>(t.numel()));
   if (t.numel()) detail::backend_of(t).rand_normal(view_of(t), gen.seed, off);
   return finish(t, opts);

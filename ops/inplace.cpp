@@ -80,17 +80,20 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-Tensor& Tensor::fill_(double value) {
-  check_inplace(*this, "fill_");
-  detail::check_scalar(value, dtype(), "fill_", "value");
-  if (numel()) detail::backend_of(*this).fill(detail::view_of(*this), value);
-  impl()->storage->bump_version();
-  return *this;
+namespace {
+
+// self = value, with errors named for `op` (fill_ or zero_).
+Tensor& fill_inplace(Tensor& self, double value, const char* op) {
+  check_inplace(self, op);
+  detail::check_scalar(value, self.dtype(), op, "value");
+  if (self.numel()) detail::backend_of(self).fill(detail::view_of(self), value);
+  self.impl()->storage->bump_version();
+  return self;
 }
 
-Tensor& Tensor::zero_() {
-  detail::check_defined(*this, "zero_", "self");
-  return fill_(0.0);
-}
+}  // namespace
+
+Tensor& Tensor::fill_(double value) { return fill_inplace(*this, value, "fill_"); }
+Tensor& Tensor::zero_() { return fill_inplace(*this, 0.0, "zero_"); }
 
 }  // namespace tg

@@ -100,6 +100,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   const int64_t n = x.sizes()[normalize_dim(dim, x.dim(), "split")];
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
+  if (sizes.empty()) sizes.push_back(0);  // an empty dim splits into one empty part (PyTorch)
   return split(x, sizes, dim);
 }
 
@@ -107,7 +108,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   detail::check_defined(x, "chunk", "self");
   TG_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
   const int64_t n = x.sizes()[normalize_dim(dim, x.dim(), "chunk")];
-  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+  return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
 }
 
 }  // namespace tg

@@ -1,6 +1,7 @@
 #include "ops/nn.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "autograd/autograd.h"
 #include "ops/autocast.h"
@@ -133,7 +134,8 @@ Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
   const Tensor x = detail::autocast_float32(input), weight = detail::autocast_float32(weight_in);
   detail::check_floating(x, "rms_norm", "x");
   TG_CHECK(x.dim() >= 1, "rms_norm", "argument 'x' must have a feature dim, got a 0-d tensor");
-  TG_CHECK(eps >= 0, "rms_norm", "argument 'eps' must be >= 0, got ", eps);
+  TG_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm",
+           "argument 'eps' must be finite and >= 0, got ", eps);
   const int64_t d = x.sizes().back();
   if (weight.defined()) {
     detail::check_same_dtype(x, weight, "rms_norm", "weight");

@@ -51,8 +51,9 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, const char*
 void check_scalar(double v, DType dtype, const char* op, const char* arg) {
   if (scalar_fits(v, dtype)) return;
   if (dtype == kInt64) {
-    fail(op, "argument '", arg, "' is ", v, ", which an int64 tensor cannot hold (a C++ scalar "
-             "does not promote a tensor: convert the tensor with .to(kFloat32) first)");
+    fail(op, "argument '", arg, "' is ", v,
+         ", which an int64 tensor cannot hold (a C++ scalar "
+         "does not promote a tensor: convert the tensor with .to(kFloat32) first)");
   }
   fail(op, "argument '", arg, "' is ", v, ", beyond the range of ", dtype,
        " (it would become inf)");

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "autograd/autograd.h"
+#include "ops/autocast.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
-#include "ops/autocast.h"
 #include "ops/op_util.h"
 
 namespace tg {

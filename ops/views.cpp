@@ -30,7 +30,8 @@ Shape infer_size(const Shape& want, int64_t numel, const char* op) {
       infer = static_cast<int64_t>(i);
     } else {
       TG_CHECK(s[i] >= 0, op, "invalid size ", s[i], " in ", shape_str(want));
-      known *= s[i];
+      TG_CHECK(!__builtin_mul_overflow(known, s[i], &known), op, "shape ", shape_str(want),
+               " has more elements than an int64 can count");
     }
   }
   if (infer >= 0) {

@@ -223,8 +223,8 @@ std::vector<OpInfo> build() {
   t.push_back(other("split", "middle part", {{3, 5}},
                     [](const Inputs& in) { return split(in[0], 2, 1)[1]; }));
   t.back().floating_only = false;
-  t.push_back(other("chunk", "second chunk", {{4, 3}},
-                    [](const Inputs& in) { return chunk(in[0], 2, 0)[1]; }));
+  t.push_back(other("chunk", "last chunk", {{4, 3}},
+                    [](const Inputs& in) { return chunk(in[0], 2, 0).back(); }));
   t.back().floating_only = false;
   // --- nn
   t.push_back(

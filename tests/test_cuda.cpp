@@ -360,6 +360,39 @@ TEST_CASE("device errors are tg::Error with the op and the devices named") {
   tgtest::check_throws_with_prefix([&] { sdpa(q, q, q); }, "[sdpa]", "head dims up to 256");
 }
 
+// The mixed-device rows of the bad-input table (test_error_inputs.cpp has the rest): every
+// op-table row with two tensor inputs, its second on the GPU, and the ops that take a tensor
+// beside their input (ids, targets, masks, lengths).
+TEST_CASE("mixed devices: a GPU tensor beside a CPU one is an [op] error naming both") {
+  for (const optable::OpInfo& op : optable::op_table()) {
+    if (op.shapes.size() < 2) continue;
+    CAPTURE(op.label());
+    optable::Inputs in = optable::make_inputs(op, optable::Layout::Plain, kFloat32, false);
+    in[1] = in[1].to(kCUDA);
+    const std::string name = op.error_op.empty() ? op.name : op.error_op;
+    tgtest::check_throws_with_prefix([&] { op.call(in); }, "[" + name + "]", "cuda:0");
+  }
+  const TensorOptions gpu = TensorOptions().device(kCUDA);
+  const Tensor x = ones({2, 3}), ids = zeros({2}, TensorOptions(kInt64).device(kCUDA));
+  tgtest::check_throws_with_prefix([&] { embedding(x, ids); }, "[embedding]", "cuda:0");
+  tgtest::check_throws_with_prefix([&] { cross_entropy(x, ids); }, "[cross_entropy]", "cuda:0");
+  tgtest::check_throws_with_prefix([&] { masked_fill(x, ones({3}, gpu).to(kBool), 0.0); },
+                                   "[masked_fill]", "cuda:0");
+  tgtest::check_throws_with_prefix([&] { Tensor(x.clone()).add_(ones({3}, gpu)); }, "[add_]",
+                                   "cuda:0");
+  const Tensor q = ones({1, 1, 2, 4});
+  SdpaOptions with_mask;
+  with_mask.mask = zeros({2, 2}, gpu);
+  tgtest::check_throws_with_prefix([&] { sdpa(q, q, q, with_mask); }, "[sdpa]", "cuda:0");
+  SdpaOptions with_lengths;
+  with_lengths.seq_len_kv = ones({1}, TensorOptions(kInt64).device(kCUDA));
+  tgtest::check_throws_with_prefix([&] { sdpa(q, q, q, with_lengths); }, "[sdpa]", "cuda:0");
+  // copy_ moves across devices on purpose.
+  Tensor host = zeros({3});
+  host.copy_(ones({3}, gpu));
+  CHECK(host.to_vector<float>() == std::vector<float>{1, 1, 1});
+}
+
 TEST_CASE("a transformer trains on CUDA: loss and gradients track the CPU's") {
   nn::TransformerConfig cfg;
   cfg.vocab = 256;  // byte tokens

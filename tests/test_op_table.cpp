@@ -1,6 +1,6 @@
 // The op table (op_table.h) on the CPU: every public op is in it, each row's values against its
 // float64 reference in float64 and float32, its float64 gradcheck plain, strided and
-// broadcast, and its bad-input errors.
+// broadcast. Its bad-input rows are in test_error_inputs.cpp.
 #include <cctype>
 #include <fstream>
 #include <map>
@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "op_table.h"
+#include "public_api.h"
 
 using namespace tg;
 using namespace optable;
@@ -45,49 +46,6 @@ const std::map<std::string, std::string>& exemptions() {
   return m;
 }
 
-// The name in a line "Type name(...": a function declared at namespace scope (the headers
-// indent everything else). Empty for any other line. (No std::regex: g++ 12 warns inside it
-// under the sanitizers.)
-std::string declared_name(const std::string& line) {
-  if (line.empty() || !std::isalpha(static_cast<unsigned char>(line[0]))) return "";
-  const size_t paren = line.find('(');
-  if (paren == std::string::npos) return "";
-  const size_t space = line.rfind(' ', paren);
-  if (space == std::string::npos) return "";
-  std::string name = line.substr(space + 1, paren - space - 1);
-  if (name.empty()) return "";
-  for (char c : name)
-    if (!(std::islower(static_cast<unsigned char>(c)) ||
-          std::isdigit(static_cast<unsigned char>(c)) || c == '_'))
-      return "";
-  return name;
-}
-
-// The functions the public op headers (those ops/ops.h includes) declare at namespace scope.
-std::set<std::string> public_ops() {
-  const std::string root = TAPEGRAD_SOURCE_DIR;
-  std::ifstream all(root + "/ops/ops.h");
-  REQUIRE(all.good());
-  std::set<std::string> names;
-  const std::string include = "#include \"ops/";
-  std::string line;
-  while (std::getline(all, line)) {
-    if (line.rfind(include, 0) != 0) continue;
-    const std::string header = line.substr(10, line.find('"', 10) - 10);  // after #include "
-    std::ifstream in(root + "/" + header);  // NOLINT(performance-inefficient-string-concatenation)
-    REQUIRE(in.good());
-    std::string l;
-    bool in_detail = false;  // namespace detail { ... }: helpers, not ops
-    while (std::getline(in, l)) {
-      if (l.rfind("namespace detail", 0) == 0) in_detail = true;
-      if (l.rfind("}  // namespace detail", 0) == 0) in_detail = false;
-      const std::string name = declared_name(l);
-      if (!name.empty() && !in_detail) names.insert(name);
-    }
-  }
-  return names;
-}
-
 std::vector<double> values(const Tensor& t) { return t.to(kFloat64).to_vector<double>(); }
 
 // The row's reference applied per element to inputs broadcast to the output's shape.
@@ -108,7 +66,7 @@ std::vector<double> reference_of(const OpInfo& op, const Inputs& in, const Shape
 TEST_CASE("every public op is in the op table or named in its exemptions") {
   std::set<std::string> covered;
   for (const OpInfo& op : op_table()) covered.insert(op.name);
-  const std::set<std::string> ops = public_ops();
+  const std::set<std::string> ops = tgtest::public_ops();
   CHECK(ops.size() > 50);  // the scan found the headers' declarations
   for (const std::string& name : ops) {
     INFO("public op '" << name << "' is neither in tests/op_table.cpp nor exempted");
@@ -183,20 +141,6 @@ TEST_CASE("op table: float64 gradcheck, plain, strided and broadcast") {
       CAPTURE(op.label());
       CAPTURE(static_cast<int>(layout));
       CHECK_GRADCHECK(call_for(op, layout), make_inputs(op, layout, kFloat64, true));
-    }
-  }
-}
-
-TEST_CASE("op table: bad input is an [op] error") {
-  for (const OpInfo& op : op_table()) {
-    CAPTURE(op.label());
-    const std::string prefix = "[" + (op.error_op.empty() ? op.name : op.error_op) + "]";
-    Inputs undefined(op.shapes.size());
-    tgtest::check_throws_with_prefix([&] { op.call(undefined); }, prefix, "undefined");
-    if (op.floating_only) {
-      Inputs ints;
-      for (const Shape& s : op.shapes) ints.push_back(zeros(s, kInt64));
-      tgtest::check_throws_with_prefix([&] { op.call(ints); }, prefix, "int64");
     }
   }
 }
