@@ -291,6 +291,49 @@ TEST_CASE("cat, stack, split, chunk") {
   CHECK(ch[2].numel() == 1);
   auto sp = split(arange(5, kFloat64), std::vector<int64_t>{1, 4});
   check_close(sp[1].to_vector<double>(), {1, 2, 3, 4});
+  // An empty dim splits into one empty part, as in PyTorch (not into none).
+  for (const auto& empty_parts : {split(zeros({0, 3}), 2, 0), chunk(zeros({0, 3}), 4, 0)}) {
+    REQUIRE(empty_parts.size() == 1);
+    CHECK(empty_parts[0].sizes() == Shape{0, 3});
+  }
+}
+
+// A scalar is compared as the number it is, whatever the tensor's dtype: an int64 or bool
+// tensor against a fraction, a NaN or an out-of-range value, a float16 one against a value its
+// dtype would round to inf. (Converting the scalar to the tensor's dtype first made
+// lt(int64 0, 0.5) false, and NaN or 1e30 to int64 undefined behaviour.)
+TEST_CASE("comparisons with a scalar compare the number itself") {
+  const Tensor i = from_vector(std::vector<int64_t>{-2, 0, 3}, {3});
+  using B = std::vector<bool>;
+  auto bools = [](const Tensor& t) {
+    B out;
+    for (int64_t v : t.to(kInt64).to_vector<int64_t>()) out.push_back(v != 0);
+    return out;
+  };
+  CHECK(bools(lt(i, 0.5)) == B{true, true, false});
+  CHECK(bools(gt(i, 0.5)) == B{false, false, true});
+  CHECK(bools(lt(i, -0.5)) == B{true, false, false});
+  CHECK(bools(gt(i, -2.5)) == B{true, true, true});
+  CHECK(bools(eq(i, 0.5)) == B{false, false, false});
+  CHECK(bools(ne(i, 0.5)) == B{true, true, true});
+  CHECK(bools(lt(i, 1e30)) == B{true, true, true});
+  CHECK(bools(gt(i, 1e30)) == B{false, false, false});
+  CHECK(bools(gt(i, -1e30)) == B{true, true, true});
+  CHECK(bools(lt(i, -INFINITY)) == B{false, false, false});
+  CHECK(bools(lt(i, NAN)) == B{false, false, false});
+  CHECK(bools(eq(i, NAN)) == B{false, false, false});
+  CHECK(bools(ne(i, NAN)) == B{true, true, true});
+  CHECK(bools(eq(i, 3.0)) == B{false, false, true});  // representable: the plain path
+  const Tensor b = from_vector(std::vector<bool>{true, false}, {2});
+  CHECK(bools(eq(b, 0.5)) == B{false, false});
+  CHECK(bools(gt(b, 0.5)) == B{true, false});
+  CHECK(bools(eq(b, 1.0)) == B{true, false});
+  const Tensor h = from_vector(std::vector<double>{65504, INFINITY}, {2}).to(kFloat16);
+  CHECK(bools(eq(h, 70000.0)) == B{false, false});  // 70000 would round to inf in float16
+  CHECK(bools(lt(h, 70000.0)) == B{true, false});
+  const Tensor f = from_vector(std::vector<float>{16777216.0f}, {1});
+  CHECK(bools(eq(f, 16777217.0)) == B{false});  // 2^24 + 1 is no float32
+  CHECK(bools(lt(f, 16777217.0)) == B{true});
 }
 
 TEST_CASE("embedding gathers rows; its backward scatter-adds") {
