@@ -88,6 +88,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     }
   }
   std::vector<Tensor*> parts;
+  parts.reserve(out.size());
   for (Tensor& t : out) parts.push_back(&t);
   record("split", {x}, parts,
          [d](const std::vector<Tensor>& g) { return std::vector<Tensor>{cat(g, d)}; });

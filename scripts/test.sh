@@ -25,6 +25,6 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=Debug -DTAPEGRAD_CUDA=OFF -DTAPEGRAD_WERROR=ON \
   -DTAPEGRAD_BLAS=OFF -DTAPEGRAD_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS="-O1 -fno-sanitize-recover=all" >/dev/null
 cmake --build build/sanitize -j "$jobs"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
 echo "== all tests passed in $(( $(date +%s) - start )) s"

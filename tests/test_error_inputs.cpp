@@ -40,7 +40,7 @@ struct ErrorInput {
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-Tensor ids(std::vector<int64_t> v) {
+Tensor ids(const std::vector<int64_t>& v) {
   const int64_t n = static_cast<int64_t>(v.size());
   return from_vector(v, {n});
 }
