@@ -2,7 +2,9 @@
 # Every test: install what is missing, build from scratch with -Werror, run ctest; build an
 # out-of-tree consumer against the installed package; run the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (a second build tree, with Eigen GEMM instead of
-# OpenBLAS so that both GEMM paths are tested).
+# OpenBLAS so that both GEMM paths are tested; allocator_may_return_null lets an allocation too
+# large for the machine fail as glibc's does, so the "[alloc] out of memory" error is tested
+# there too instead of ASan aborting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
