@@ -5,6 +5,11 @@
 namespace tg {
 
 double scalar_as(double v, DType dtype) {
+  // A double at or beyond float's rounding limit (FLT_MAX plus half an ulp) rounds to inf; the
+  // cast itself would be undefined behaviour there.
+  if (dtype != kFloat64 && is_floating(dtype) && std::abs(v) >= 0x1.ffffffp127) {
+    return std::copysign(INFINITY, v);
+  }
   switch (dtype) {
     case kFloat64:
       return v;
