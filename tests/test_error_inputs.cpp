@@ -79,7 +79,7 @@ void generated_rows(std::vector<ErrorInput>& rows) {
       ROW_OF_TABLE(": int64 inputs", "int64", call(ints));
     }
     // Ops that take several floating tensors and do not promote them refuse a float64 beside
-    // float32 (the elementwise ones promote, as PyTorch does: checked in mixed_dtypes below).
+    // float32 (the elementwise ones promote, as PyTorch does: the "mixed floating dtypes" case).
     if (op.shapes.size() >= 2 && !op.elementwise) {
       Inputs in = inputs_of(op, op.shapes);
       in[1] = in[1].to(kFloat64);
