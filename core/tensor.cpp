@@ -2,12 +2,12 @@
 
 namespace tg {
 
-Tensor Tensor::empty_like_shape(const Shape& sizes, DType dtype, Device device) {
+Tensor Tensor::empty_like_shape(const Shape& sizes, DType dtype, Device device, const char* op) {
   for (int64_t s : sizes)
-    TG_CHECK(s >= 0, "empty", "sizes must be non-negative, got ", shape_str(sizes));
+    TG_CHECK(s >= 0, op, "sizes must be non-negative, got ", shape_str(sizes));
   const int64_t n = numel_of(sizes);
-  TG_CHECK(n <= INT64_MAX / static_cast<int64_t>(dtype_size(dtype)), "empty", "shape ",
-           shape_str(sizes), " of ", dtype, " needs more than 2^63 bytes");
+  TG_CHECK(n <= INT64_MAX / static_cast<int64_t>(dtype_size(dtype)), op, "shape ", shape_str(sizes),
+           " of ", dtype, " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(n * dtype_size(dtype), device);
   impl->sizes = sizes;

@@ -63,8 +63,9 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
-  // A fresh, uninitialized, contiguous tensor.
-  static Tensor empty_like_shape(const Shape& sizes, DType dtype, Device device);
+  // A fresh, uninitialized, contiguous tensor; its size errors carry `op` (the factory called).
+  static Tensor empty_like_shape(const Shape& sizes, DType dtype, Device device,
+                                 const char* op = "empty");
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }

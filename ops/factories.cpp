@@ -15,9 +15,7 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
 
 // A new tensor of `sizes`, its size errors named for the factory `op` called.
 Tensor fresh(const Shape& sizes, const TensorOptions& opts, const char* op) {
-  for (int64_t s : sizes)
-    TG_CHECK(s >= 0, op, "sizes must be non-negative, got ", shape_str(sizes));
-  return Tensor::empty_like_shape(sizes, opts.dtype(), opts.device());
+  return Tensor::empty_like_shape(sizes, opts.dtype(), opts.device(), op);
 }
 
 Tensor filled(const Shape& sizes, double value, const TensorOptions& opts, const char* op) {
@@ -63,7 +61,7 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   TG_CHECK(n < 0x1p62, "arange", "start ", start, ", end ", end, " and step ", step, " give ", n,
            " elements, more than a tensor can hold");
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
-  Tensor t = Tensor::empty_like_shape({count}, opts.dtype(), opts.device());
+  Tensor t = fresh({count}, opts, "arange");
   if (count) detail::backend_of(t).arange(view_of(t), start, step);
   return finish(t, opts);
 }
@@ -101,7 +99,7 @@ Tensor detail::from_host(const void* data, DType src, int64_t n, const Shape& si
            " (expected ", numel_of(sizes), ")");
   TG_CHECK(data != nullptr || n == 0, op, "argument 'data' is a null pointer, expected ", n,
            " values");
-  Tensor host = Tensor::empty_like_shape(sizes, src, kCPU);
+  Tensor host = Tensor::empty_like_shape(sizes, src, kCPU, op);
   if (n) cpu_backend().from_host(data, host.raw_data(), n * dtype_size(src));
   Tensor out = host.to(opts.dtype()).to(opts.device());
   if (out.is_same(host)) out = host;

@@ -78,17 +78,26 @@ Tensor swiglu_backward_composite(const Tensor& grad, const Tensor& x) {
   return cat({mul(mul(grad, up), unary_op(UnaryOp::SiluGrad, gate)), mul(grad, silu(gate))}, -1);
 }
 
-// grad and x defined, floating, of one dtype and device; grad of `grad_shape`.
+// grad defined, of x's dtype and device and of `grad_shape`; x (defined) floating.
 void check_grad_and_x(const Tensor& grad, const Tensor& x, const Shape& grad_shape,
                       const char* op) {
   detail::check_defined(grad, op, "grad");
-  detail::check_defined(x, op, "x");
   detail::check_floating(x, op, "x");
   detail::check_same_device(x, grad, op, "grad");
   detail::check_same_dtype(x, grad, op, "grad");
   TG_CHECK(grad.sizes() == grad_shape, op, "argument 'grad' has shape ", shape_str(grad.sizes()),
            ", expected ", shape_str(grad_shape), " (the forward's output for x ",
            shape_str(x.sizes()), ")");
+}
+
+// An RMSNorm weight, when defined: x's dtype and device, shape [x's last dim].
+void check_norm_weight(const Tensor& x, const Tensor& weight, const char* op) {
+  if (!weight.defined()) return;
+  detail::check_same_dtype(x, weight, op, "weight");
+  detail::check_same_device(x, weight, op, "weight");
+  const int64_t d = x.sizes().back();
+  TG_CHECK(weight.sizes() == Shape{d}, op, "argument 'weight' must have shape [", d,
+           "] (x's last dim), got ", shape_str(weight.sizes()));
 }
 
 }  // namespace
@@ -106,12 +115,7 @@ std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const
            "argument 'rstd' must be ", compute_dtype(x.dtype()), " of shape ", shape_str(rows),
            " (rms_norm's statistics for x ", shape_str(x.sizes()), "), got ", rstd.dtype(), " ",
            shape_str(rstd.sizes()));
-  if (weight.defined()) {
-    detail::check_same_device(x, weight, op, "weight");
-    detail::check_same_dtype(x, weight, op, "weight");
-    TG_CHECK(weight.sizes() == Shape{x.sizes().back()}, op, "argument 'weight' must have shape [",
-             x.sizes().back(), "] (x's last dim), got ", shape_str(weight.sizes()));
-  }
+  check_norm_weight(x, weight, op);
   if (!fused_kernels()) return rms_norm_backward_composite(grad, x, weight, rstd);
   const int64_t d = x.sizes().back();
   Tensor g = grad.contiguous(), xc = x.contiguous();
@@ -137,13 +141,7 @@ Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
   TG_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm",
            "argument 'eps' must be finite and >= 0, got ", eps);
   const int64_t d = x.sizes().back();
-  if (weight.defined()) {
-    detail::check_same_dtype(x, weight, "rms_norm", "weight");
-    detail::check_same_device(x, weight, "rms_norm", "weight");
-    TG_CHECK(weight.dim() == 1 && weight.size(0) == d, "rms_norm",
-             "argument 'weight' must have shape [", d, "] (x's last dim), got ",
-             shape_str(weight.sizes()));
-  }
+  check_norm_weight(x, weight, "rms_norm");
   if (!fused_kernels()) return rms_norm_composite(x, weight, eps);
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor xc = x.detach().contiguous();

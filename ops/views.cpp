@@ -60,9 +60,8 @@ Tensor Tensor::view(const Shape& want) const {
 
 Tensor Tensor::reshape(const Shape& want) const {
   detail::check_defined(*this, "reshape", "self");
-  infer_size(want, numel(), "reshape");  // its errors named for reshape, not the view below
-  if (is_contiguous()) return view(want);
-  return contiguous().view(want);
+  const Shape s = infer_size(want, numel(), "reshape");  // errors named for reshape, not view
+  return (is_contiguous() ? *this : contiguous()).view(s);
 }
 
 Tensor Tensor::flatten() const {
