@@ -28,9 +28,13 @@ bool can_steal(const Tensor& g) {
          impl->storage->bytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
 }
 
+// Under create_graph (grad mode on) the .grad keeps its graph: the first is stored or cloned
+// (a recorded clone), later ones are added out of place, as libtorch's AccumulateGrad does.
 void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
   if (!leaf->grad) {
     leaf->grad = can_steal(g) ? g.impl_ptr() : g.clone().impl_ptr();
+  } else if (grad_enabled()) {
+    leaf->grad = add(Tensor(leaf->grad), g).impl_ptr();
   } else {
     Tensor(leaf->grad).add_(g);
   }
@@ -46,10 +50,12 @@ void check_finite(const Node& node, size_t input, const Tensor& g) {
 }
 
 void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
-                  bool retain_graph, Capture* capture) {
+                  bool retain_graph, bool create_graph, Capture* capture) {
   TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward", "got ",
            grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
-  NoGradGuard no_grad;                  // backward formulas are not themselves recorded
+  // Backward formulas are recorded only under create_graph: then the gradients they make are
+  // differentiable (higher-order derivatives).
+  ScopedSetting<grad_enabled, set_grad_enabled> grad_mode(create_graph);
   AutocastGuard no_autocast(kFloat32);  // gradients keep the dtypes the forward chose
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<Node*> roots;
@@ -139,7 +145,11 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (s != capture->slots.end())
         for (auto [out_nr, idx] : s->second) capture->grads[idx] = grads[out_nr];
     }
-    std::vector<Tensor> in_grads = node->backward(grads);
+    std::vector<Tensor> in_grads;
+    {
+      detail::BackwardNodeScope scope(node);  // where saved outputs reconnect (create_graph)
+      in_grads = node->backward(grads);
+    }
     grads.clear();  // no longer held here: a leaf can take an input gradient that is a view of them
     TG_CHECK(in_grads.size() == node->next.size(), "backward", "internal: backward of '",
              node->name, "' returned ", in_grads.size(), " gradients for ", node->next.size(),
@@ -165,13 +175,13 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
 }  // namespace
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
-              bool retain_graph) {
-  run_backward(outputs, grad_outputs, retain_graph, nullptr);
+              std::optional<bool> retain_graph, bool create_graph) {
+  run_backward(outputs, grad_outputs, retain_graph.value_or(create_graph), create_graph, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph,
-                         bool allow_unused) {
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool allow_unused, bool create_graph) {
   Capture cap;
   cap.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -183,7 +193,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
       cap.leaves[in.impl()] = i;
     }
   }
-  run_backward(outputs, grad_outputs, retain_graph, &cap);
+  run_backward(outputs, grad_outputs, retain_graph.value_or(create_graph), create_graph, &cap);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (cap.grads[i].defined()) continue;
     TG_CHECK(allow_unused, "grad", "input ", i,
@@ -223,9 +233,10 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
+void Tensor::backward(const Tensor& grad_output, std::optional<bool> retain_graph,
+                      bool create_graph) const {
   checked("backward");
-  tg::backward({*this}, {grad_output}, retain_graph);
+  tg::backward({*this}, {grad_output}, retain_graph, create_graph);
 }
 
 }  // namespace tg

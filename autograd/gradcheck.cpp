@@ -143,4 +143,37 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   return result;
 }
 
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                              const std::vector<Tensor>& inputs, GradcheckOptions opts) {
+  Shape out_shape;
+  {
+    NoGradGuard no_grad;
+    Tensor out = f(inputs);
+    TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradgradcheck",
+             "f must return a float64 tensor");
+    out_shape = out.sizes();
+  }
+  Generator gen{opts.seed ^ 0x9e3779b97f4a7c15ULL, 0};
+  std::vector<Tensor> all = inputs;
+  all.push_back(randn(out_shape, gen, kFloat64).requires_grad_(true));
+  const size_t n = inputs.size();
+  // The first-order gradient, flattened into one vector: what gradcheck differentiates.
+  auto first_order = [&f, n](const std::vector<Tensor>& xs) {
+    ScopedSetting<grad_enabled, set_grad_enabled> grad_on(true);  // gradcheck turns it off
+    std::vector<Tensor> diff;
+    for (size_t i = 0; i < n; ++i)
+      if (xs[i].defined() && xs[i].requires_grad()) diff.push_back(xs[i]);
+    Tensor out = f(std::vector<Tensor>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n)));
+    std::vector<Tensor> flat;
+    if (out.requires_grad()) {
+      for (const Tensor& g : grad({out}, diff, {xs[n]}, true, true, /*create_graph=*/true))
+        flat.push_back(g.reshape({-1}));
+    } else {
+      for (const Tensor& d : diff) flat.push_back(zeros({d.numel()}, kFloat64));
+    }
+    return flat.empty() ? zeros({0}, kFloat64) : cat(flat, 0);
+  };
+  return gradcheck(first_order, all, opts);
+}
+
 }  // namespace tg

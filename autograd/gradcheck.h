@@ -39,4 +39,11 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
 
+// Second derivatives, as PyTorch's gradgradcheck: gradcheck of the first-order gradient
+// (inputs, v) -> d<v, f(inputs)>/d inputs, made with create_graph, against its central
+// differences; v is a random float64 cotangent of f's output shape (from opts.seed), checked
+// as one more input, reported last. Same tolerances and rules as gradcheck.
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                              const std::vector<Tensor>& inputs, GradcheckOptions opts = {});
+
 }  // namespace tg

@@ -7,12 +7,22 @@
 namespace tg {
 namespace {
 std::atomic<uint64_t> g_sequence{0};
+thread_local Node* g_current_node = nullptr;
 }  // namespace
 
-SavedTensor::SavedTensor(const Tensor& t) {
+namespace detail {
+Node* current_backward_node() { return g_current_node; }
+BackwardNodeScope::BackwardNodeScope(Node* node) : prev_(g_current_node) { g_current_node = node; }
+BackwardNodeScope::~BackwardNodeScope() { g_current_node = prev_; }
+}  // namespace detail
+
+SavedTensor::SavedTensor(const Tensor& t, Role role, int output_nr) {
   if (!t.defined()) return;
   data_ = t.detach();
   version_ = t.impl()->storage->version();
+  output_ = role == Role::Output;
+  output_nr_ = output_nr;
+  if (!output_ && t.requires_grad()) input_ = t.impl_ptr();
 }
 
 Tensor SavedTensor::unpack(const char* op) const {
@@ -23,7 +33,16 @@ Tensor SavedTensor::unpack(const char* op) const {
              version_, " -> ", now,
              "); clone it before the in-place op, or run the in-place op after backward");
   }
-  return data_;
+  if (!grad_enabled()) return data_;  // a plain backward: data only
+  if (input_) return Tensor(input_);
+  Node* node = detail::current_backward_node();
+  if (!output_ || !node) return data_;
+  // The op's own output, as the output of the node whose backward is running.
+  auto impl = std::make_shared<TensorImpl>(*data_.impl());
+  impl->grad_fn = node->shared_from_this();
+  impl->output_nr = output_nr_;
+  impl->requires_grad = true;
+  return Tensor(std::move(impl));
 }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {

@@ -20,17 +20,25 @@ struct Edge {
   bool valid() const { return node || leaf; }
 };
 
-// A tensor kept for backward: its data only (no grad_fn, so saving an op's own output makes
-// no reference cycle) plus the storage version when saved, to catch in-place changes.
+// A tensor kept for backward, plus the storage version when saved, to catch in-place
+// changes. A backward without create_graph gets its data alone. A backward with create_graph
+// (grad mode on) gets it with its place in the graph, so that the gradient it computes is
+// itself differentiable: an input as it was (its grad_fn, or the leaf itself), an op's own
+// output (Role::Output) as output `output_nr` of the node whose backward is running. The
+// output keeps no grad_fn while saved: a node holding its own output would be a cycle.
 class SavedTensor {
  public:
+  enum class Role { Input, Output };
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  explicit SavedTensor(const Tensor& t, Role role = Role::Input, int output_nr = 0);
   // Returns the saved tensor, or throws if it was modified in place since it was saved.
   Tensor unpack(const char* op) const;
 
  private:
-  Tensor data_;
+  Tensor data_;                          // detached
+  std::shared_ptr<TensorImpl> input_;    // an input that required grad: its graph identity
+  bool output_ = false;
+  int output_nr_ = 0;
   uint64_t version_ = 0;
 };
 
@@ -42,7 +50,7 @@ struct OutputMeta {
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   std::string name;          // the op, for error messages
   uint64_t sequence_nr = 0;  // position on the tape
   std::vector<Edge> next;    // one per input of the op
@@ -57,5 +65,21 @@ struct Node {
 bool record(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
             BackwardFn backward);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+namespace detail {
+// The node whose backward runs on this thread (null outside backward): where a saved output
+// reconnects under create_graph. Set by the engine around each node's backward.
+Node* current_backward_node();
+class BackwardNodeScope {
+ public:
+  explicit BackwardNodeScope(Node* node);
+  ~BackwardNodeScope();
+  BackwardNodeScope(const BackwardNodeScope&) = delete;
+  BackwardNodeScope& operator=(const BackwardNodeScope&) = delete;
+
+ private:
+  Node* prev_;
+};
+}  // namespace detail
 
 }  // namespace tg

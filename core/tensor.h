@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -104,7 +105,9 @@ class Tensor {
   Tensor detach() const;
   bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
   const std::shared_ptr<Node>& grad_fn() const { return checked("grad_fn").grad_fn; }
-  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
+  // See tg::backward (autograd/autograd.h) for retain_graph and create_graph.
+  void backward(const Tensor& grad_output = Tensor(),
+                std::optional<bool> retain_graph = std::nullopt, bool create_graph = false) const;
 
   // --- views, sharing storage (ops/views.cpp)
   Tensor view(const Shape& sizes) const;     // contiguous-compatible only; -1 infers a size

@@ -54,7 +54,7 @@ Tensor unary_diff(UnaryOp op, const char* name, const Tensor& x, double param, D
   detail::check_floating(x, name, "self");
   Tensor out = unary_kernel(op, x, param, x.dtype());
   if (any_requires_grad({x})) {
-    SavedTensor sx(x), sy(out);
+    SavedTensor sx(x), sy(out, SavedTensor::Role::Output);
     record(name, {x}, {&out},
            [sx, sy, dfdx, name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
              return {mul(g[0], dfdx(sx.unpack(name), sy.unpack(name)))};
@@ -117,7 +117,7 @@ Tensor div(const Tensor& self, const Tensor& other) {
   }
   Tensor out = binary_kernel(BinaryOp::Div, a, b, "div");
   if (any_requires_grad({a, b})) {
-    SavedTensor sb(b), sy(b.requires_grad() ? out : Tensor());
+    SavedTensor sb(b), sy(b.requires_grad() ? out : Tensor(), SavedTensor::Role::Output);
     record("div", {a, b}, {&out},
            [sb, sy, ra = a.requires_grad(), rb = b.requires_grad(), sza = a.sizes(),
             szb = b.sizes()](const std::vector<Tensor>& g) {
@@ -201,12 +201,12 @@ Tensor sqrt(const Tensor& x) {
 }
 Tensor rsqrt(const Tensor& x) {
   return unary_diff(UnaryOp::Rsqrt, "rsqrt", x, 0, [](const Tensor&, const Tensor& y) {
-    return mul(unary_op(UnaryOp::Pow, y, 3.0), -0.5);
+    return mul(pow(y, 3.0), -0.5);
   });
 }
 Tensor pow(const Tensor& x, double e) {
   return unary_diff(UnaryOp::Pow, "pow", x, e, [e](const Tensor& xv, const Tensor&) {
-    return mul(unary_op(UnaryOp::Pow, xv, e - 1.0), e);
+    return mul(pow(xv, e - 1.0), e);
   });
 }
 Tensor abs(const Tensor& x) {
@@ -235,14 +235,28 @@ Tensor relu(const Tensor& x) {
   });
 }
 Tensor silu(const Tensor& x) {
-  return unary_diff(UnaryOp::Silu, "silu", x, 0, [](const Tensor& xv, const Tensor&) {
-    return unary_op(UnaryOp::SiluGrad, xv);
-  });
+  return unary_diff(UnaryOp::Silu, "silu", x, 0,
+                    [](const Tensor& xv, const Tensor&) { return silu_grad(xv); });
 }
 Tensor gelu(const Tensor& x) {
-  return unary_diff(UnaryOp::Gelu, "gelu", x, 0, [](const Tensor& xv, const Tensor&) {
-    return unary_op(UnaryOp::GeluGrad, xv);
-  });
+  return unary_diff(UnaryOp::Gelu, "gelu", x, 0,
+                    [](const Tensor& xv, const Tensor&) { return gelu_grad(xv); });
+}
+
+// The derivatives: one fused kernel, or under create_graph the same formula (scalar_ops.h)
+// in differentiable ops, for the second derivative.
+Tensor silu_grad(const Tensor& x) {
+  if (!grad_enabled()) return unary_op(UnaryOp::SiluGrad, x);
+  Tensor s = sigmoid(x);
+  return mul(s, add(mul(x, sub(1.0, s)), 1.0));  // s (1 + x (1 - s))
+}
+Tensor gelu_grad(const Tensor& x) {
+  if (!grad_enabled()) return unary_op(UnaryOp::GeluGrad, x);
+  const double k = 0.7978845608028654, c = 0.044715;
+  Tensor x2 = mul(x, x);
+  Tensor s = sigmoid(mul(mul(x, add(mul(x2, c), 1.0)), 2 * k));  // sigmoid(2z)
+  // s + 2 x s (1 - s) k (1 + 3 c x^2)
+  return add(s, mul(mul(mul(x, s), sub(1.0, s)), mul(add(mul(x2, 3 * c), 1.0), 2 * k)));
 }
 
 // --- stable composites (as MLX writes them)

@@ -30,7 +30,7 @@ Tensor softmax_impl(const Tensor& input, int64_t dim, bool log, const char* op) 
   if (out.numel()) detail::backend_of(x).softmax(detail::view_of(xc), detail::view_of(out), log);
   if (d != last) out = out.transpose(d, last).contiguous();
   if (any_requires_grad({x})) {
-    SavedTensor saved(out);
+    SavedTensor saved(out, SavedTensor::Role::Output);
     record(op, {x}, {&out}, [saved, d, log, op](const std::vector<Tensor>& g) {
       Tensor y = saved.unpack(op);
       if (log) return std::vector<Tensor>{sub(g[0], mul(exp(y), sum(g[0], {d}, true)))};
@@ -75,7 +75,7 @@ Tensor swiglu_composite(const Tensor& x) {
 Tensor swiglu_backward_composite(const Tensor& grad, const Tensor& x) {
   const int64_t f = x.sizes().back() / 2;
   Tensor gate = x.narrow(-1, 0, f), up = x.narrow(-1, f, f);
-  return cat({mul(mul(grad, up), unary_op(UnaryOp::SiluGrad, gate)), mul(grad, silu(gate))}, -1);
+  return cat({mul(mul(grad, up), silu_grad(gate)), mul(grad, silu(gate))}, -1);
 }
 
 // grad defined, of x's dtype and device and of `grad_shape`; x (defined) floating.
@@ -119,6 +119,7 @@ std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const
   if (!fused_kernels()) return rms_norm_backward_composite(grad, x, weight, rstd);
   const int64_t d = x.sizes().back();
   Tensor g = grad.contiguous(), xc = x.contiguous();
+  Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device()), dw;
   if (weight.defined()) dw = Tensor::empty_like_shape({d}, x.dtype(), x.device());
   const View none{nullptr, x.dtype(), {d}, {1}};
@@ -126,7 +127,7 @@ std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const
     if (dw.defined()) dw = zeros({d}, x.options());
   } else if (!detail::backend_of(x).rms_norm_backward(
                  detail::view_of(g), detail::view_of(xc),
-                 weight.defined() ? detail::view_of(weight) : none, detail::view_of(rstd),
+                 w.defined() ? detail::view_of(w) : none, detail::view_of(rstd.contiguous()),
                  detail::view_of(dx), dw.defined() ? detail::view_of(dw) : none)) {
     return rms_norm_backward_composite(grad, x, weight, rstd);
   }
@@ -155,10 +156,14 @@ Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
     return rms_norm_composite(x, weight, eps);
   }
   if (any_requires_grad({x, weight})) {
-    SavedTensor sx(xc), sw(w), sr(rstd);
-    record("rms_norm", {x, weight}, {&y}, [sx, sw, sr](const std::vector<Tensor>& g) {
-      return rms_norm_backward(g[0], sx.unpack("rms_norm"), sw.unpack("rms_norm"),
-                               sr.unpack("rms_norm"));
+    SavedTensor sx(x), sw(weight), sr(rstd);
+    record("rms_norm", {x, weight}, {&y}, [sx, sw, sr, eps](const std::vector<Tensor>& g) {
+      const Tensor xs = sx.unpack("rms_norm"), ws = sw.unpack("rms_norm");
+      if (!grad_enabled()) return rms_norm_backward(g[0], xs, ws, sr.unpack("rms_norm"));
+      // create_graph: the composite formula, with rstd recomputed from x so that it is
+      // differentiated too.
+      Tensor rstd_x = rsqrt(add(mean(mul(xs, xs), {-1}), eps));
+      return rms_norm_backward_composite(g[0], xs, ws, rstd_x);
     });
   }
   return y;
@@ -173,9 +178,9 @@ Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
   out_shape.back() /= 2;
   check_grad_and_x(grad, x, out_shape, "swiglu_backward");
   if (!fused_kernels()) return swiglu_backward_composite(grad, x);
-  Tensor g = grad.contiguous();
+  Tensor g = grad.contiguous(), xc = x.contiguous();  // the kernel reads dense rows
   Tensor dx = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
-  if (x.numel() && !detail::backend_of(x).swiglu_backward(detail::view_of(g), detail::view_of(x),
+  if (x.numel() && !detail::backend_of(x).swiglu_backward(detail::view_of(g), detail::view_of(xc),
                                                           detail::view_of(dx))) {
     return swiglu_backward_composite(grad, x);
   }
@@ -198,9 +203,12 @@ Tensor swiglu(const Tensor& x) {
     return swiglu_composite(x);
   }
   if (any_requires_grad({x})) {
-    SavedTensor sx(xc);
+    SavedTensor sx(x);
     record("swiglu", {x}, {&out}, [sx](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{swiglu_backward(g[0], sx.unpack("swiglu"))};
+      const Tensor xs = sx.unpack("swiglu");
+      // create_graph: the composite formula, differentiable.
+      return std::vector<Tensor>{grad_enabled() ? swiglu_backward_composite(g[0], xs)
+                                                : swiglu_backward(g[0], xs)};
     });
   }
   return out;
@@ -214,14 +222,21 @@ void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const c
            "], expected every id in [0, ", rows, ")");
 }
 
-// embedding_backward without its checks: the tape's call, whose ids embedding checked.
+// embedding_backward without its checks: the tape's call, whose ids embedding checked. Linear
+// in grad: its own gradient (create_graph) gathers the rows back, embedding's forward.
 Tensor embedding_grad(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
   const int64_t d = grad.sizes().back();
-  Tensor g = grad.contiguous(), i = ids.contiguous();
+  Tensor g = grad.detach().contiguous(), i = ids.contiguous();
   Tensor gw = zeros({num_rows, d}, grad.options());
   if (i.numel() && d) {
     detail::backend_of(grad).scatter_add_rows(detail::view_of(g.reshape({i.numel(), d})),
                                               detail::view_of(i), detail::view_of(gw));
+  }
+  if (any_requires_grad({grad})) {
+    SavedTensor si(i);
+    record("embedding_backward", {grad}, {&gw}, [si](const std::vector<Tensor>& gg) {
+      return std::vector<Tensor>{embedding(gg[0], si.unpack("embedding_backward"))};
+    });
   }
   return gw;
 }
@@ -280,6 +295,18 @@ Tensor nll_rows_composite(const Tensor& x, const Tensor& safe, const Tensor& val
   return where(valid, nll, 0.0);
 }
 
+// The gradient of those losses (g per row) as composed ops: g (softmax(x) - onehot(target)) on
+// rows whose target is not ignore_index. What create_graph differentiates.
+Tensor nll_rows_grad_composite(const Tensor& g, const Tensor& x, const Tensor& targets,
+                               int64_t ignore_index) {
+  const int64_t classes = x.sizes().back();
+  Tensor valid = ne(targets, static_cast<double>(ignore_index));
+  Tensor classes_iota =
+      arange(static_cast<double>(classes), TensorOptions(kInt64).device(x.device()));
+  Tensor onehot = eq(where(valid, targets, 0.0).unsqueeze(-1), classes_iota).to(x.dtype());
+  return mul(where(valid, g, 0.0).unsqueeze(-1), sub(softmax(x, -1), onehot));
+}
+
 // The same losses in one pass over the logits, and their gradient in one more, from the rows'
 // logsumexp saved by the forward. Undefined where the backend lacks the kernels.
 Tensor nll_rows_fused(const Tensor& x, const Tensor& targets, int64_t ignore_index) {
@@ -292,9 +319,14 @@ Tensor nll_rows_fused(const Tensor& x, const Tensor& targets, int64_t ignore_ind
     return Tensor();
   }
   if (any_requires_grad({x})) {
-    SavedTensor sx(xc), st(tc), sl(lse);
+    SavedTensor sx(x), st(tc), sl(lse);
     record("cross_entropy", {x}, {&loss}, [sx, st, sl, ignore_index](const std::vector<Tensor>& g) {
-      const Tensor xs = sx.unpack("cross_entropy"), gc = g[0].contiguous();
+      if (grad_enabled()) {  // create_graph: g (softmax(x) - onehot(target)), differentiable
+        return std::vector<Tensor>{
+            nll_rows_grad_composite(g[0], sx.unpack("cross_entropy"), st.unpack("cross_entropy"),
+                                    ignore_index)};
+      }
+      const Tensor xs = sx.unpack("cross_entropy").contiguous(), gc = g[0].contiguous();
       Tensor dx = Tensor::empty_like_shape(xs.sizes(), xs.dtype(), xs.device());
       const bool ran =
           !dx.numel() ||

@@ -8,4 +8,8 @@ namespace tg {
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double param = 0.0);
 
+// d silu / dx and d gelu / dx: the fused kernel, or differentiable ops under create_graph.
+Tensor silu_grad(const Tensor& x);
+Tensor gelu_grad(const Tensor& x);
+
 }  // namespace tg
