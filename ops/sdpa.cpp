@@ -119,10 +119,8 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   return {out, stats};
 }
 
-namespace {
-
 // The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.
-SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
                         bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
@@ -167,11 +165,9 @@ SdpaGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const
   return g;
 }
 
-}  // namespace
-
 SdpaGrads sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& stats, const SdpaOptions& opts) {
-  return backward_impl(q, k, v, out, dout, stats, opts, float_mask(opts));
+  return detail::sdpa_backward_impl(q, k, v, out, dout, stats, opts, float_mask(opts));
 }
 
 SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
@@ -192,9 +188,14 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
     // The options (their mask and lengths) are kept alive for backward.
     record(kOp, inputs, {&r.out},
            [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
-             SdpaGrads d =
-                 backward_impl(sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
-                               detail::rows_ready(g[0]), ss.unpack(kOp), saved, mask_grad);
+             if (grad_enabled()) {  // create_graph: gradients that are differentiable
+               return detail::sdpa_backward_differentiable(sq.unpack(kOp), sk.unpack(kOp),
+                                                           sv.unpack(kOp), so.unpack(kOp), g[0],
+                                                           ss.unpack(kOp), saved, mask_grad);
+             }
+             SdpaGrads d = detail::sdpa_backward_impl(
+                 sq.unpack(kOp), sk.unpack(kOp), sv.unpack(kOp), so.unpack(kOp),
+                 detail::rows_ready(g[0]), ss.unpack(kOp), saved, mask_grad);
              std::vector<Tensor> r{d.dq, d.dk, d.dv};
              if (mask_grad) r.push_back(d.dmask);
              return r;

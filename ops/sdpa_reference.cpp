@@ -8,33 +8,27 @@
 
 namespace tg {
 
-SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                          const SdpaOptions& opts) {
-  SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
-    SdpaOptions o = opts;
-    if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
-    SdpaResult r = sdpa_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o);
-    return {r.out.to(q.dtype()), r.stats};
-  }
-  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
-  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
-  const TensorOptions idx = TensorOptions(kInt64).device(q.device());
+namespace detail {
 
-  // GQA without repeating K/V: query heads of a group share one broadcast K/V head.
+SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOptions& opts,
+                                const SdpaParams& p) {
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
+  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2);
+  const TensorOptions idx = TensorOptions(kInt64).device(q.device());
+  SdpaScoreParts r;
+  // GQA without repeating K: query heads of a group share one broadcast K head.
   Tensor s = matmul(q.reshape({B, Hk, G, Sq, D}), k.unsqueeze(2).transpose(-1, -2));
-  s = mul(s.reshape({B, Hq, Sq, Skv}), p.scale);
-  if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
+  r.raw = mul(s.reshape({B, Hq, Sq, Skv}), p.scale);
 
   Tensor i_aligned = add(arange(Sq, idx), static_cast<double>(p.align_shift())).reshape({Sq, 1});
   Tensor j = arange(Skv, idx).reshape({1, Skv});
   if (p.alibi) {
     Tensor dist = abs(sub(i_aligned, j)).to(q.dtype());
     Tensor slopes = alibi_slopes(Hq).to(q.dtype()).to(q.device()).reshape({Hq, 1, 1});
-    s = sub(s, mul(slopes, dist));
+    r.bias = neg(mul(slopes, dist));
   }
   const bool bool_mask = opts.mask && opts.mask->dtype() == kBool;
-  if (opts.mask && !bool_mask) s = add(s, *opts.mask);
+  if (opts.mask && !bool_mask) r.bias = r.bias.defined() ? add(r.bias, *opts.mask) : *opts.mask;
 
   Tensor allowed = ones({1, 1, Sq, Skv}, idx.dtype(kBool));
   if (p.causal) allowed = logical_and(allowed, le(j, i_aligned));
@@ -47,7 +41,33 @@ SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   if (opts.seq_len_kv)
     allowed =
         logical_and(allowed, lt(j.reshape({1, 1, 1, Skv}), opts.seq_len_kv->reshape({B, 1, 1, 1})));
-  s = where(allowed, s, -INFINITY);
+  r.allowed = allowed;
+  return r;
+}
+
+Tensor sdpa_dropout_scale(const Tensor& q, int64_t Skv, const SdpaOptions& opts) {
+  Tensor keep = sdpa_dropout_mask(q.size(0), q.size(1), q.size(2), Skv, opts, q.device());
+  return mul(keep.to(q.dtype()), 1.0 / (1.0 - opts.dropout_p));
+}
+
+}  // namespace detail
+
+SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const SdpaOptions& opts) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
+    SdpaOptions o = opts;
+    if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
+    SdpaResult r = sdpa_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o);
+    return {r.out.to(q.dtype()), r.stats};
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
+  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
+  detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p);
+  Tensor s = parts.raw;
+  if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
+  if (parts.bias.defined()) s = add(s, parts.bias);
+  s = where(parts.allowed, s, -INFINITY);
 
   // logsumexp that stays NaN-free in forward and backward when a row is fully masked.
   Tensor m = max(s.detach(), {-1}, true);
@@ -57,10 +77,7 @@ SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor lse = add(log(where(nonempty, sumexp, 1.0)), m);
   Tensor stats = where(nonempty, lse, -INFINITY);
   Tensor prob = exp(sub(s, lse));
-  if (p.dropout_p > 0) {
-    Tensor keep = sdpa_dropout_mask(B, Hq, Sq, Skv, opts, q.device()).to(q.dtype());
-    prob = mul(mul(prob, keep), 1.0 / (1.0 - p.dropout_p));
-  }
+  if (p.dropout_p > 0) prob = mul(prob, detail::sdpa_dropout_scale(q, Skv, opts));
   Tensor out = matmul(prob.reshape({B, Hk, G, Sq, Skv}), v.unsqueeze(2));
   return {out.reshape({B, Hq, Sq, Dv}), stats.detach()};
 }

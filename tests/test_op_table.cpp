@@ -1,6 +1,6 @@
 // The op table (op_table.h) on the CPU: every public op is in it, each row's values against its
 // float64 reference in float64 and float32, its float64 gradcheck plain, strided and
-// broadcast. Its bad-input rows are in test_error_inputs.cpp.
+// broadcast, and its gradgradcheck. Its bad-input rows are in test_error_inputs.cpp.
 #include <cctype>
 #include <fstream>
 #include <map>
@@ -141,6 +141,21 @@ TEST_CASE("op table: float64 gradcheck, plain, strided and broadcast") {
       CAPTURE(op.label());
       CAPTURE(static_cast<int>(layout));
       CHECK_GRADCHECK(call_for(op, layout), make_inputs(op, layout, kFloat64, true));
+    }
+  }
+}
+
+// Every op twice differentiable: its backward formula, recorded under create_graph, against
+// central differences of it. Strided rather than plain (the same formula; strided inputs
+// also check what a saved view gives back).
+TEST_CASE("op table: float64 gradgradcheck, strided and broadcast") {
+  for (const OpInfo& op : op_table()) {
+    if (!op.differentiable) continue;
+    for (Layout layout : {Layout::Strided, Layout::Broadcast}) {
+      if (layout == Layout::Broadcast && !op.elementwise) continue;
+      CAPTURE(op.label());
+      CAPTURE(static_cast<int>(layout));
+      CHECK_GRADGRADCHECK(call_for(op, layout), make_inputs(op, layout, kFloat64, true));
     }
   }
 }

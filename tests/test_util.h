@@ -54,6 +54,14 @@ inline void check_close(const std::vector<double>& got, const std::vector<double
     CHECK(gc_result_.ok);                           \
   } while (0)
 
+// gradgradcheck likewise: the second derivatives through create_graph.
+#define CHECK_GRADGRADCHECK(f, inputs)                  \
+  do {                                                  \
+    auto ggc_result_ = tg::gradgradcheck((f), (inputs)); \
+    INFO(ggc_result_.message);                          \
+    CHECK(ggc_result_.ok);                              \
+  } while (0)
+
 template <class F>
 void check_throws_with_prefix(F&& f, const std::string& prefix, const std::string& contains = "") {
   bool threw = false;

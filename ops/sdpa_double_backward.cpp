@@ -1,0 +1,139 @@
+// sdpa's gradients as a differentiable function of q, k, v, the float mask and dout (what
+// backward with create_graph records), and the backward of that function: SDPA's double
+// backward, written by hand from the saved stats. docs/SDPA_DOUBLE_BACKWARD.md derives it;
+// the names below are the derivation's.
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "ops/op_util.h"
+#include "ops/ops.h"
+#include "ops/sdpa_check.h"
+
+namespace tg {
+
+namespace {
+
+constexpr const char* kOp = "sdpa_backward";
+
+struct FirstOrderCotangents {
+  Tensor dq, dk, dv, dmask;  // A, B, C, E of the derivation; dmask undefined without mask_grad
+};
+
+struct DoubleBackward {
+  Tensor q, k, v, mask, dout;  // gradients of the first-order op's inputs
+};
+
+// The double backward composed from ops in q's compute dtype. It materializes the
+// (B, Hq, Sq, Skv) scores. Under grad mode (a third derivative) it is itself recorded; the
+// softmax statistics are then recomputed from the scores so that they are differentiated too.
+DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
+                               const FirstOrderCotangents& cot) {
+  const SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  const int64_t B = q.size(0), Hq = q.size(1);
+  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2);
+  // K/V-shaped tensors to the query heads, and back (GQA sums over a group's heads).
+  const auto to_q_heads = [&](const Tensor& t) {
+    return t.unsqueeze(2).expand({B, Hk, G, Skv, t.size(3)}).reshape({B, Hq, Skv, t.size(3)});
+  };
+  const auto to_kv_heads = [&](const Tensor& t) {
+    return sum(t.reshape({B, Hk, G, Skv, t.size(3)}), {2});
+  };
+  const auto tr = [](const Tensor& t) { return t.transpose(-1, -2); };
+
+  const detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p);
+  const Tensor& raw = parts.raw;  // scale Q Kᵀ
+  Tensor capped = raw, t1, t2;    // softcap(raw) and its first and second derivatives
+  if (p.softcap > 0) {
+    Tensor th = tanh(div(raw, p.softcap));
+    capped = mul(th, p.softcap);
+    t1 = sub(1.0, mul(th, th));
+    t2 = mul(mul(th, t1), -2.0 / p.softcap);
+  }
+  Tensor s = parts.bias.defined() ? add(capped, parts.bias) : capped;
+  Tensor masked = where(parts.allowed, s, -INFINITY);
+  Tensor lse;
+  if (grad_enabled()) {  // differentiable logsumexp, NaN-free on fully masked rows
+    Tensor m = max(masked.detach(), {-1}, true);
+    m = where(isfinite(m), m, 0.0);
+    Tensor sumexp = sum(exp(sub(masked, m)), {-1}, true);
+    lse = add(log(where(gt(sumexp, 0.0), sumexp, 1.0)), m);
+  } else {
+    lse = where(isfinite(stats), stats, 0.0);  // a fully masked row: P = exp(-inf) = 0
+  }
+  const Tensor P = exp(sub(masked, lse));
+  const Tensor Z = p.dropout_p > 0 ? detail::sdpa_dropout_scale(q, Skv, opts) : Tensor();
+  const auto dropped = [&Z](const Tensor& t) { return Z.defined() ? mul(t, Z) : t; };
+  const Tensor Ke = to_q_heads(k), Ve = to_q_heads(v);
+
+  // The first-order quantities (DESIGN §4).
+  const Tensor dP = dropped(matmul(dout, tr(Ve)));
+  const Tensor D = sum(mul(P, dP), {-1}, true);  // = rowsum(dO ⊙ O)
+  const Tensor dS = mul(P, sub(dP, D));
+  const Tensor dS_raw = t1.defined() ? mul(dS, t1) : dS;
+
+  // The cotangent of dS_raw from dQ and dK, then of dS (softcap's slope, the mask's share).
+  const Tensor Bk = to_q_heads(cot.dk), C = to_q_heads(cot.dv);
+  const Tensor G_raw = mul(add(matmul(cot.dq, tr(Ke)), matmul(q, tr(Bk))), p.scale);
+  Tensor G_s = t1.defined() ? mul(G_raw, t1) : G_raw;
+  if (cot.dmask.defined()) G_s = add(G_s, cot.dmask);
+  const Tensor R = sum(mul(G_s, P), {-1}, true);
+  const Tensor g_dP = mul(P, sub(G_s, R));  // of dP; dropped again for dO Vᵀ
+  const Tensor g_dPd = dropped(g_dP);
+  const Tensor g_P = add(sub(mul(G_s, sub(dP, D)), mul(R, dP)), dropped(matmul(dout, tr(C))));
+  const Tensor g_S = mul(P, sub(g_P, sum(mul(P, g_P), {-1}, true)));
+  Tensor g_S_raw = g_S;
+  if (t1.defined()) g_S_raw = add(mul(g_S, t1), mul(mul(G_raw, dS), t2));
+
+  DoubleBackward r;
+  r.q = mul(add(matmul(dS_raw, Bk), matmul(g_S_raw, Ke)), p.scale);
+  r.k = to_kv_heads(mul(add(matmul(tr(dS_raw), cot.dq), matmul(tr(g_S_raw), q)), p.scale));
+  r.v = to_kv_heads(matmul(tr(g_dPd), dout));
+  r.dout = add(matmul(dropped(P), C), matmul(g_dPd, Ve));
+  if (cot.dmask.defined()) r.mask = sum_to(g_S, opts.mask->sizes());
+  return r;
+}
+
+}  // namespace
+
+std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const Tensor& k,
+                                                         const Tensor& v, const Tensor& out,
+                                                         const Tensor& dout, const Tensor& stats,
+                                                         const SdpaOptions& opts, bool mask_grad) {
+  SdpaGrads d;
+  {
+    NoGradGuard no_grad;  // the kernel's gradients; the node below makes them differentiable
+    d = sdpa_backward_impl(q.detach(), k.detach(), v.detach(), out.detach(),
+                           detail::rows_ready(dout.detach()), stats, opts, mask_grad);
+  }
+  std::vector<Tensor> grads{d.dq, d.dk, d.dv};
+  if (mask_grad) grads.push_back(d.dmask);
+  std::vector<Tensor> inputs{q, k, v};
+  if (mask_grad) inputs.push_back(*opts.mask);
+  inputs.push_back(dout);
+  std::vector<Tensor*> outputs;
+  for (Tensor& g : grads) outputs.push_back(&g);
+  if (!any_requires_grad(inputs)) return grads;
+  SavedTensor sq(q), sk(k), sv(v), sd(dout), ss(stats);
+  record(kOp, inputs, outputs,
+         [sq, sk, sv, sd, ss, opts, mask_grad](const std::vector<Tensor>& g) {
+           SdpaOptions o = opts;
+           if (o.mask && !grad_enabled()) o.mask = o.mask->detach();
+           const Tensor qv = sq.unpack(kOp);
+           // 16-bit inputs: the double backward in float32, rounded once at the end.
+           const DType cd = compute_dtype(qv.dtype());
+           const auto up = [cd](const Tensor& t) { return t.defined() ? t.to(cd) : t; };
+           if (o.mask && o.mask->dtype() != kBool) o.mask = up(*o.mask);
+           FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
+           DoubleBackward r = double_backward(up(qv), up(sk.unpack(kOp)), up(sv.unpack(kOp)),
+                                              up(sd.unpack(kOp)), ss.unpack(kOp), o, cot);
+           const DType dt = qv.dtype();
+           std::vector<Tensor> res{r.q.to(dt), r.k.to(dt), r.v.to(dt)};
+           if (mask_grad) res.push_back(r.mask.to(dt));
+           res.push_back(r.dout.to(dt));
+           return res;
+         });
+  return grads;
+}
+
+}  // namespace tg
