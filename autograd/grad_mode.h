@@ -15,6 +15,13 @@ class NoGradGuard : ScopedSetting<grad_enabled, set_grad_enabled> {
   NoGradGuard() : ScopedSetting(false) {}
 };
 
+// Records again for its lifetime, inside a NoGradGuard: for a function that takes gradients
+// itself (create_graph) wherever it is called from, as torch.enable_grad.
+class EnableGradGuard : ScopedSetting<grad_enabled, set_grad_enabled> {
+ public:
+  EnableGradGuard() : ScopedSetting(true) {}
+};
+
 // For its lifetime backward checks each gradient it produces and throws on the first NaN or
 // Inf, naming the op whose backward made it.
 class AnomalyGuard : ScopedSetting<anomaly_enabled, set_anomaly_enabled> {

@@ -145,21 +145,17 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
 
 GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                               const std::vector<Tensor>& inputs, GradcheckOptions opts) {
-  Shape out_shape;
-  {
-    NoGradGuard no_grad;
-    Tensor out = f(inputs);
-    TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradgradcheck",
-             "f must return a float64 tensor");
-    out_shape = out.sizes();
-  }
+  const Tensor out = f(inputs);
+  TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradgradcheck",
+           "f must return a float64 tensor");
+  const Shape out_shape = out.sizes();
   Generator gen{opts.seed ^ 0x9e3779b97f4a7c15ULL, 0};
   std::vector<Tensor> all = inputs;
   all.push_back(randn(out_shape, gen, kFloat64).requires_grad_(true));
   const size_t n = inputs.size();
   // The first-order gradient, flattened into one vector: what gradcheck differentiates.
   auto first_order = [&f, n](const std::vector<Tensor>& xs) {
-    ScopedSetting<grad_enabled, set_grad_enabled> grad_on(true);  // gradcheck turns it off
+    EnableGradGuard grad_on;  // gradcheck evaluates under NoGradGuard
     std::vector<Tensor> diff;
     for (size_t i = 0; i < n; ++i)
       if (xs[i].defined() && xs[i].requires_grad()) diff.push_back(xs[i]);

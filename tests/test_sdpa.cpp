@@ -1,5 +1,6 @@
-// SDPA kernels against sdpa_reference over random option combinations, gradcheck of sdpa
-// itself, edge cases and bad input.
+// SDPA kernels against sdpa_reference over random option combinations, gradcheck and
+// gradgradcheck of sdpa itself (its double backward against the reference's too), edge cases
+// and bad input.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -272,6 +273,125 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
     };
     CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v}));
   }
+}
+
+namespace {
+
+// The second-order gradients of <dout, out> through `attend` (sdpa or sdpa_reference): the
+// first-order gradients made with create_graph, then d<cot, grads>/d(q, k, v, mask, dout).
+std::vector<Tensor> second_order(const std::function<SdpaResult(const Tensor&, const Tensor&,
+                                                                const Tensor&, const SdpaOptions&)>&
+                                     attend,
+                                 const Inputs& in, const Config& c, const SdpaOptions& o,
+                                 uint64_t seed) {
+  Tensor q = in.q.detach().requires_grad_(), k = in.k.detach().requires_grad_();
+  Tensor v = in.v.detach().requires_grad_(), dout = in.dout.detach().requires_grad_();
+  SdpaOptions oo = o;
+  std::vector<Tensor> wrt{q, k, v};
+  if (c.mask_kind == 1) {
+    oo.mask = in.mask.detach().requires_grad_();
+    wrt.push_back(*oo.mask);
+  }
+  auto first = grad({attend(q, k, v, oo).out}, wrt, {dout}, std::nullopt, true, true);
+  Tensor l2 = zeros({}, kFloat64);
+  for (size_t i = 0; i < first.size(); ++i) {
+    CHECK(first[i].requires_grad());
+    l2 = add(l2, sum(mul(first[i], rnd(first[i].sizes(), seed + i))));
+  }
+  wrt.push_back(dout);
+  return grad({l2}, wrt, {}, std::nullopt, true);
+}
+
+}  // namespace
+
+TEST_CASE("double backward against sdpa_reference's over random option combinations") {
+  std::mt19937_64 rng(20261123);
+  for (int n = 0; n < 60; ++n) {
+    Config c = random_config(rng);
+    Inputs in = make_inputs(c, 7000 + 10 * n);
+    SdpaOptions o = c.opts;
+    if (c.mask_kind) o.mask = in.mask;
+    INFO("config " << n << ": " << c.describe());
+    auto got = second_order(sdpa, in, c, o, 500 + n);
+    auto want = second_order(sdpa_reference, in, c, o, 500 + n);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      // Relative, with an absolute floor: where a gradient is exactly 0 (a row with one key
+      // has dq = 0) the reference leaves the roundoff of cancelling O(1) terms, ~1e-17.
+      CHECK(max_abs(sub(got[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
+    }
+  }
+}
+
+TEST_CASE("sdpa is twice differentiable: float64 gradgradcheck with every option") {
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  Tensor q = rnd({1, 2, 4, 3}, 1).requires_grad_(), k = rnd({1, 1, 5, 3}, 2).requires_grad_();
+  Tensor v = rnd({1, 1, 5, 2}, 3).requires_grad_(), m = rnd({2, 4, 5}, 4).requires_grad_();
+  SUBCASE("causal bottom-right, GQA, float mask with its gradient, Dqk != Dv") {
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.causal = true;
+      o.causal_align = CausalAlign::BottomRight;
+      o.mask = x[3];
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
+  }
+  SUBCASE("dropout, softcap, ALiBi, bool mask, window, padding") {
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.dropout_p = 0.3;
+      o.seed = 7;
+      o.softcap = 2.0;
+      o.alibi = true;
+      o.window = 3;
+      o.causal = true;
+      o.mask = gt(rnd({4, 5}, 9), -0.7);
+      o.seq_len_kv = from_vector(std::vector<int64_t>{4}, {1});
+      o.seq_len_q = from_vector(std::vector<int64_t>{3}, {1});
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v}));
+  }
+  SUBCASE("softcap with a float mask and its gradient, strided q") {
+    Tensor qs = rnd({1, 4, 2, 3}, 5).transpose(1, 2).requires_grad_();
+    Fn f = [](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.softcap = 1.5;
+      o.scale = 0.9;
+      o.mask = x[3];
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v, m}));
+  }
+  SUBCASE("a third derivative: the double backward is differentiable too") {
+    Tensor w = rnd({1, 2, 4, 2}, 6);
+    Fn dq = [w](const std::vector<Tensor>& x) {
+      EnableGradGuard grad_on;  // gradcheck evaluates f under NoGradGuard
+      SdpaOptions o;
+      o.softcap = 2.5;
+      o.mask = x[3];
+      auto g = grad({sdpa(x[0], x[1], x[2], o).out}, {x[0]}, {w}, std::nullopt, true, true);
+      return g[0];
+    };
+    CHECK_GRADGRADCHECK(dq, (std::vector<Tensor>{q, k, v, m}));
+  }
+}
+
+TEST_CASE("double backward of fully masked rows is zero and finite") {
+  Tensor q = rnd({1, 1, 3, 4}, 1).requires_grad_(), k = rnd({1, 1, 3, 4}, 2).requires_grad_();
+  Tensor v = rnd({1, 1, 3, 4}, 3).requires_grad_();
+  SdpaOptions o;
+  o.mask = from_vector(std::vector<bool>{true, false, true, false, false, false, true, true, true},
+                       {3, 3});  // row 1 attends to nothing
+  Tensor dq = grad({sdpa(q, k, v, o).out}, {q}, {ones({1, 1, 3, 4}, kFloat64)}, std::nullopt,
+                   true, true)[0];
+  auto g2 = grad({sum(mul(dq, dq))}, {q, k, v});
+  for (const Tensor& t : g2)
+    for (double x : t.to_vector<double>()) CHECK(std::isfinite(x));
+  auto gq = g2[0].to_vector<double>();
+  for (int c = 0; c < 4; ++c) CHECK(gq[4 + c] == 0.0);
 }
 
 TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
