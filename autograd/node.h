@@ -35,8 +35,8 @@ class SavedTensor {
   Tensor unpack(const char* op) const;
 
  private:
-  Tensor data_;                          // detached
-  std::shared_ptr<TensorImpl> input_;    // an input that required grad: its graph identity
+  Tensor data_;                        // detached
+  std::shared_ptr<TensorImpl> input_;  // an input that required grad: its graph identity
   bool output_ = false;
   int output_nr_ = 0;
   uint64_t version_ = 0;

@@ -200,14 +200,12 @@ Tensor sqrt(const Tensor& x) {
                     [](const Tensor&, const Tensor& y) { return div(0.5, y); });
 }
 Tensor rsqrt(const Tensor& x) {
-  return unary_diff(UnaryOp::Rsqrt, "rsqrt", x, 0, [](const Tensor&, const Tensor& y) {
-    return mul(pow(y, 3.0), -0.5);
-  });
+  return unary_diff(UnaryOp::Rsqrt, "rsqrt", x, 0,
+                    [](const Tensor&, const Tensor& y) { return mul(pow(y, 3.0), -0.5); });
 }
 Tensor pow(const Tensor& x, double e) {
-  return unary_diff(UnaryOp::Pow, "pow", x, e, [e](const Tensor& xv, const Tensor&) {
-    return mul(pow(xv, e - 1.0), e);
-  });
+  return unary_diff(UnaryOp::Pow, "pow", x, e,
+                    [e](const Tensor& xv, const Tensor&) { return mul(pow(xv, e - 1.0), e); });
 }
 Tensor abs(const Tensor& x) {
   detail::check_defined(x, "abs", "self");

@@ -126,9 +126,9 @@ std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& x, const
   if (!x.numel()) {
     if (dw.defined()) dw = zeros({d}, x.options());
   } else if (!detail::backend_of(x).rms_norm_backward(
-                 detail::view_of(g), detail::view_of(xc),
-                 w.defined() ? detail::view_of(w) : none, detail::view_of(rstd.contiguous()),
-                 detail::view_of(dx), dw.defined() ? detail::view_of(dw) : none)) {
+                 detail::view_of(g), detail::view_of(xc), w.defined() ? detail::view_of(w) : none,
+                 detail::view_of(rstd.contiguous()), detail::view_of(dx),
+                 dw.defined() ? detail::view_of(dw) : none)) {
     return rms_norm_backward_composite(grad, x, weight, rstd);
   }
   return {dx, dw};
@@ -322,9 +322,8 @@ Tensor nll_rows_fused(const Tensor& x, const Tensor& targets, int64_t ignore_ind
     SavedTensor sx(x), st(tc), sl(lse);
     record("cross_entropy", {x}, {&loss}, [sx, st, sl, ignore_index](const std::vector<Tensor>& g) {
       if (grad_enabled()) {  // create_graph: g (softmax(x) - onehot(target)), differentiable
-        return std::vector<Tensor>{
-            nll_rows_grad_composite(g[0], sx.unpack("cross_entropy"), st.unpack("cross_entropy"),
-                                    ignore_index)};
+        return std::vector<Tensor>{nll_rows_grad_composite(
+            g[0], sx.unpack("cross_entropy"), st.unpack("cross_entropy"), ignore_index)};
       }
       const Tensor xs = sx.unpack("cross_entropy").contiguous(), gc = g[0].contiguous();
       Tensor dx = Tensor::empty_like_shape(xs.sizes(), xs.dtype(), xs.device());

@@ -120,9 +120,9 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 
 // The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.
-SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
-                        bool want_dmask) {
+SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& dout, const Tensor& stats,
+                                     const SdpaOptions& opts, bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   const Shape out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
   const Shape stats_shape{q.size(0), q.size(1), q.size(2), 1};

@@ -30,9 +30,9 @@ SdpaGrads sdpa_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
 // sdpa's backward under create_graph: the same gradients (dq, dk, dv, then dmask when
 // mask_grad), recorded as an op of q, k, v, the mask and dout whose own backward is the
 // hand-written double backward (sdpa_double_backward.cpp).
-std::vector<Tensor> sdpa_backward_differentiable(const Tensor& q, const Tensor& k,
-                                                 const Tensor& v, const Tensor& out,
-                                                 const Tensor& dout, const Tensor& stats,
-                                                 const SdpaOptions& opts, bool mask_grad);
+std::vector<Tensor> sdpa_backward_differentiable(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& dout,
+                                                 const Tensor& stats, const SdpaOptions& opts,
+                                                 bool mask_grad);
 
 }  // namespace tg::detail

@@ -115,24 +115,23 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
   for (Tensor& g : grads) outputs.push_back(&g);
   if (!any_requires_grad(inputs)) return grads;
   SavedTensor sq(q), sk(k), sv(v), sd(dout), ss(stats);
-  record(kOp, inputs, outputs,
-         [sq, sk, sv, sd, ss, opts, mask_grad](const std::vector<Tensor>& g) {
-           SdpaOptions o = opts;
-           if (o.mask && !grad_enabled()) o.mask = o.mask->detach();
-           const Tensor qv = sq.unpack(kOp);
-           // 16-bit inputs: the double backward in float32, rounded once at the end.
-           const DType cd = compute_dtype(qv.dtype());
-           const auto up = [cd](const Tensor& t) { return t.defined() ? t.to(cd) : t; };
-           if (o.mask && o.mask->dtype() != kBool) o.mask = up(*o.mask);
-           FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
-           DoubleBackward r = double_backward(up(qv), up(sk.unpack(kOp)), up(sv.unpack(kOp)),
-                                              up(sd.unpack(kOp)), ss.unpack(kOp), o, cot);
-           const DType dt = qv.dtype();
-           std::vector<Tensor> res{r.q.to(dt), r.k.to(dt), r.v.to(dt)};
-           if (mask_grad) res.push_back(r.mask.to(dt));
-           res.push_back(r.dout.to(dt));
-           return res;
-         });
+  record(kOp, inputs, outputs, [sq, sk, sv, sd, ss, opts, mask_grad](const std::vector<Tensor>& g) {
+    SdpaOptions o = opts;
+    if (o.mask && !grad_enabled()) o.mask = o.mask->detach();
+    const Tensor qv = sq.unpack(kOp);
+    // 16-bit inputs: the double backward in float32, rounded once at the end.
+    const DType cd = compute_dtype(qv.dtype());
+    const auto up = [cd](const Tensor& t) { return t.defined() ? t.to(cd) : t; };
+    if (o.mask && o.mask->dtype() != kBool) o.mask = up(*o.mask);
+    FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
+    DoubleBackward r = double_backward(up(qv), up(sk.unpack(kOp)), up(sv.unpack(kOp)),
+                                       up(sd.unpack(kOp)), ss.unpack(kOp), o, cot);
+    const DType dt = qv.dtype();
+    std::vector<Tensor> res{r.q.to(dt), r.k.to(dt), r.v.to(dt)};
+    if (mask_grad) res.push_back(r.mask.to(dt));
+    res.push_back(r.dout.to(dt));
+    return res;
+  });
   return grads;
 }
 

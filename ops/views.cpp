@@ -117,9 +117,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
            Tensor z = zeros(orig, g[0].options());
            z.slice(d, start, end, step).copy_(g[0].detach());
            // Linear in g: under create_graph its gradient slices the same part back out.
-           record("slice_backward", {g[0]}, {&z}, [d, start, end, step](const std::vector<Tensor>& gg) {
-             return std::vector<Tensor>{gg[0].slice(d, start, end, step)};
-           });
+           record("slice_backward", {g[0]}, {&z},
+                  [d, start, end, step](const std::vector<Tensor>& gg) {
+                    return std::vector<Tensor>{gg[0].slice(d, start, end, step)};
+                  });
            return std::vector<Tensor>{z};
          });
   return out;

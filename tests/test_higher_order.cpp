@@ -78,8 +78,8 @@ TEST_CASE("fused kernels are twice differentiable, fused or composed") {
     Fn norm = [](const std::vector<Tensor>& x) { return rms_norm(x[0], Tensor(), 1e-5); };
     CHECK_GRADGRADCHECK(norm, std::vector<Tensor>{leaf(rnd({3, 5}, 1))});
     Fn norm_w = [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1], 1e-5); };
-    CHECK_GRADGRADCHECK(norm_w, (std::vector<Tensor>{leaf(rnd({4, 3}, 2).transpose(0, 1)),
-                                                     leaf(rnd({4}, 3))}));
+    CHECK_GRADGRADCHECK(
+        norm_w, (std::vector<Tensor>{leaf(rnd({4, 3}, 2).transpose(0, 1)), leaf(rnd({4}, 3))}));
     Fn ce = [](const std::vector<Tensor>& x) {
       Tensor t = from_vector(std::vector<int64_t>{2, -100, 0, 4}, {4});
       return cross_entropy(x[0], t, {.ignore_index = -100, .reduction = Reduction::None});

@@ -279,11 +279,10 @@ namespace {
 
 // The second-order gradients of <dout, out> through `attend` (sdpa or sdpa_reference): the
 // first-order gradients made with create_graph, then d<cot, grads>/d(q, k, v, mask, dout).
-std::vector<Tensor> second_order(const std::function<SdpaResult(const Tensor&, const Tensor&,
-                                                                const Tensor&, const SdpaOptions&)>&
-                                     attend,
-                                 const Inputs& in, const Config& c, const SdpaOptions& o,
-                                 uint64_t seed) {
+std::vector<Tensor> second_order(
+    const std::function<SdpaResult(const Tensor&, const Tensor&, const Tensor&,
+                                   const SdpaOptions&)>& attend,
+    const Inputs& in, const Config& c, const SdpaOptions& o, uint64_t seed) {
   Tensor q = in.q.detach().requires_grad_(), k = in.k.detach().requires_grad_();
   Tensor v = in.v.detach().requires_grad_(), dout = in.dout.detach().requires_grad_();
   SdpaOptions oo = o;
@@ -385,8 +384,8 @@ TEST_CASE("double backward of fully masked rows is zero and finite") {
   SdpaOptions o;
   o.mask = from_vector(std::vector<bool>{true, false, true, false, false, false, true, true, true},
                        {3, 3});  // row 1 attends to nothing
-  Tensor dq = grad({sdpa(q, k, v, o).out}, {q}, {ones({1, 1, 3, 4}, kFloat64)}, std::nullopt,
-                   true, true)[0];
+  Tensor dq = grad({sdpa(q, k, v, o).out}, {q}, {ones({1, 1, 3, 4}, kFloat64)}, std::nullopt, true,
+                   true)[0];
   auto g2 = grad({sum(mul(dq, dq))}, {q, k, v});
   for (const Tensor& t : g2)
     for (double x : t.to_vector<double>()) CHECK(std::isfinite(x));

@@ -55,11 +55,11 @@ inline void check_close(const std::vector<double>& got, const std::vector<double
   } while (0)
 
 // gradgradcheck likewise: the second derivatives through create_graph.
-#define CHECK_GRADGRADCHECK(f, inputs)                  \
-  do {                                                  \
+#define CHECK_GRADGRADCHECK(f, inputs)                   \
+  do {                                                   \
     auto ggc_result_ = tg::gradgradcheck((f), (inputs)); \
-    INFO(ggc_result_.message);                          \
-    CHECK(ggc_result_.ok);                              \
+    INFO(ggc_result_.message);                           \
+    CHECK(ggc_result_.ok);                               \
   } while (0)
 
 template <class F>
