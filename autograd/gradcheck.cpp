@@ -148,7 +148,7 @@ GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tenso
   const Tensor out = f(inputs);
   TG_CHECK(out.defined() && out.dtype() == kFloat64, "gradgradcheck",
            "f must return a float64 tensor");
-  const Shape out_shape = out.sizes();
+  const Shape& out_shape = out.sizes();
   Generator gen{opts.seed ^ 0x9e3779b97f4a7c15ULL, 0};
   std::vector<Tensor> all = inputs;
   all.push_back(randn(out_shape, gen, kFloat64).requires_grad_(true));

@@ -112,6 +112,7 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
   if (mask_grad) inputs.push_back(*opts.mask);
   inputs.push_back(dout);
   std::vector<Tensor*> outputs;
+  outputs.reserve(grads.size());
   for (Tensor& g : grads) outputs.push_back(&g);
   if (!any_requires_grad(inputs)) return grads;
   SavedTensor sq(q), sk(k), sv(v), sd(dout), ss(stats);
