@@ -52,8 +52,11 @@ namespace {
 
 // The composite formulas of the fused kernels below: the reference they are tested against
 // (FusedKernelsGuard) and what runs where a backend lacks them.
+// 1 / rms of the rows of x (x's shape without its last dim).
+Tensor rms_rstd(const Tensor& x, double eps) { return rsqrt(add(mean(mul(x, x), {-1}), eps)); }
+
 Tensor rms_norm_composite(const Tensor& x, const Tensor& weight, double eps) {
-  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), {-1}, true), eps)));
+  Tensor y = mul(x, rms_rstd(x, eps).unsqueeze(-1));
   return weight.defined() ? mul(y, weight) : y;
 }
 
@@ -162,8 +165,7 @@ Tensor rms_norm(const Tensor& input, const Tensor& weight_in, double eps) {
       if (!grad_enabled()) return rms_norm_backward(g[0], xs, ws, sr.unpack("rms_norm"));
       // create_graph: the composite formula, with rstd recomputed from x so that it is
       // differentiated too.
-      Tensor rstd_x = rsqrt(add(mean(mul(xs, xs), {-1}), eps));
-      return rms_norm_backward_composite(g[0], xs, ws, rstd_x);
+      return rms_norm_backward_composite(g[0], xs, ws, rms_rstd(xs, eps));
     });
   }
   return y;
@@ -284,13 +286,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 namespace {
 
-// Per-row losses (0 on ignored rows) as composed ops: log_softmax picked by a one-hot of the
-// targets. The reference the fused kernels are tested against, and what runs without them.
-Tensor nll_rows_composite(const Tensor& x, const Tensor& safe, const Tensor& valid) {
+// The one-hot (bool, (..., C)) of targets in [0, C) over x's C classes.
+Tensor one_hot_of(const Tensor& safe, const Tensor& x) {
   const int64_t classes = x.sizes().back();
   Tensor classes_iota =
       arange(static_cast<double>(classes), TensorOptions(kInt64).device(x.device()));
-  Tensor pick = eq(safe.unsqueeze(-1), classes_iota);  // one-hot (..., C)
+  return eq(safe.unsqueeze(-1), classes_iota);
+}
+
+// Per-row losses (0 on ignored rows) as composed ops: log_softmax picked by a one-hot of the
+// targets. The reference the fused kernels are tested against, and what runs without them.
+Tensor nll_rows_composite(const Tensor& x, const Tensor& safe, const Tensor& valid) {
+  Tensor pick = one_hot_of(safe, x);
   Tensor nll = neg(sum(where(pick, log_softmax(x, -1), 0.0), {-1}));
   return where(valid, nll, 0.0);
 }
@@ -299,11 +306,8 @@ Tensor nll_rows_composite(const Tensor& x, const Tensor& safe, const Tensor& val
 // rows whose target is not ignore_index. What create_graph differentiates.
 Tensor nll_rows_grad_composite(const Tensor& g, const Tensor& x, const Tensor& targets,
                                int64_t ignore_index) {
-  const int64_t classes = x.sizes().back();
   Tensor valid = ne(targets, static_cast<double>(ignore_index));
-  Tensor classes_iota =
-      arange(static_cast<double>(classes), TensorOptions(kInt64).device(x.device()));
-  Tensor onehot = eq(where(valid, targets, 0.0).unsqueeze(-1), classes_iota).to(x.dtype());
+  Tensor onehot = one_hot_of(where(valid, targets, 0.0), x).to(x.dtype());
   return mul(where(valid, g, 0.0).unsqueeze(-1), sub(softmax(x, -1), onehot));
 }
 

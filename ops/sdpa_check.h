@@ -18,6 +18,13 @@ struct SdpaScoreParts {
 };
 SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOptions& opts,
                                 const SdpaParams& p);
+// The logsumexp of each row of masked scores (keepdim), NaN-free in value and gradient
+// when a row is fully masked: there it is 0 (so exp(-inf - lse) = 0) and nonempty is false.
+struct RowLogsumexp {
+  Tensor lse, nonempty;
+};
+RowLogsumexp sdpa_row_logsumexp(const Tensor& masked);
+
 // Dropout's keep mask over the scores, scaled by 1 / (1 - p), in q's dtype.
 Tensor sdpa_dropout_scale(const Tensor& q, int64_t Skv, const SdpaOptions& opts);
 

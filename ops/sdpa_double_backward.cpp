@@ -52,15 +52,10 @@ DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v
   }
   Tensor s = parts.bias.defined() ? add(capped, parts.bias) : capped;
   Tensor masked = where(parts.allowed, s, -INFINITY);
-  Tensor lse;
-  if (grad_enabled()) {  // differentiable logsumexp, NaN-free on fully masked rows
-    Tensor m = max(masked.detach(), {-1}, true);
-    m = where(isfinite(m), m, 0.0);
-    Tensor sumexp = sum(exp(sub(masked, m)), {-1}, true);
-    lse = add(log(where(gt(sumexp, 0.0), sumexp, 1.0)), m);
-  } else {
-    lse = where(isfinite(stats), stats, 0.0);  // a fully masked row: P = exp(-inf) = 0
-  }
+  // Under grad mode, differentiable; else the saved stats (a fully masked row: 0, so that
+  // P = exp(-inf) = 0).
+  const Tensor lse =
+      grad_enabled() ? detail::sdpa_row_logsumexp(masked).lse : where(isfinite(stats), stats, 0.0);
   const Tensor P = exp(sub(masked, lse));
   const Tensor Z = p.dropout_p > 0 ? detail::sdpa_dropout_scale(q, Skv, opts) : Tensor();
   const auto dropped = [&Z](const Tensor& t) { return Z.defined() ? mul(t, Z) : t; };

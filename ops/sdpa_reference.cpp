@@ -45,6 +45,14 @@ SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOpti
   return r;
 }
 
+RowLogsumexp sdpa_row_logsumexp(const Tensor& masked) {
+  Tensor m = max(masked.detach(), {-1}, true);
+  m = where(isfinite(m), m, 0.0);
+  Tensor sumexp = sum(exp(sub(masked, m)), {-1}, true);
+  Tensor nonempty = gt(sumexp, 0.0);
+  return {add(log(where(nonempty, sumexp, 1.0)), m), nonempty};
+}
+
 Tensor sdpa_dropout_scale(const Tensor& q, int64_t Skv, const SdpaOptions& opts) {
   Tensor keep = sdpa_dropout_mask(q.size(0), q.size(1), q.size(2), Skv, opts, q.device());
   return mul(keep.to(q.dtype()), 1.0 / (1.0 - opts.dropout_p));
@@ -69,12 +77,7 @@ SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   if (parts.bias.defined()) s = add(s, parts.bias);
   s = where(parts.allowed, s, -INFINITY);
 
-  // logsumexp that stays NaN-free in forward and backward when a row is fully masked.
-  Tensor m = max(s.detach(), {-1}, true);
-  m = where(isfinite(m), m, 0.0);
-  Tensor sumexp = sum(exp(sub(s, m)), {-1}, true);
-  Tensor nonempty = gt(sumexp, 0.0);
-  Tensor lse = add(log(where(nonempty, sumexp, 1.0)), m);
+  auto [lse, nonempty] = detail::sdpa_row_logsumexp(s);
   Tensor stats = where(nonempty, lse, -INFINITY);
   Tensor prob = exp(sub(s, lse));
   if (p.dropout_p > 0) prob = mul(prob, detail::sdpa_dropout_scale(q, Skv, opts));
