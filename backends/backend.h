@@ -34,6 +34,7 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 
 struct SdpaParams;  // backends/sdpa_params.h
 struct SdpaGradViews;
+struct SdpaDoubleGradViews;
 struct AdamWStep;  // backends/fused_math.h
 
 // The kernels every device implements, generated from backends/kernels.def (where each one is

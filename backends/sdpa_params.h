@@ -44,6 +44,18 @@ struct SdpaGradViews {
   View dq, dk, dv, dscores;
 };
 
+// SDPA's double backward (docs/SDPA_DOUBLE_BACKWARD.md): the first-order backward's input dout
+// and the cotangents of its outputs, dq_bar (q's shape), dk_bar (k's), dv_bar (v's) and, with
+// a float mask's gradient, dmask_bar broadcast to (B, Hq, Sq, Skv) by its strides (else
+// data == nullptr); all any strides. The kernel writes the gradients of q, k, v and dout (any
+// strides, shaped like them) and, when gmask.data is set, the score-shaped gradient of the
+// mask, (B, Hq, Sq, Skv) contiguous and zero-filled by the caller (tiles the kernel skips stay
+// zero).
+struct SdpaDoubleGradViews {
+  View dout, dq_bar, dk_bar, dv_bar, dmask_bar;
+  View gq, gk, gv, gdout, gmask;
+};
+
 // ALiBi slope of head h of H: 2^(-8(h+1)/H) for H a power of two; otherwise the slopes of the
 // largest power of two n below H, then every other slope of 2n (Press et al., 2022).
 TG_HD inline double alibi_slope(int64_t h, int64_t heads) {

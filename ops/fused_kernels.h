@@ -1,6 +1,7 @@
-// Whether ops call a backend's fused kernels (rms_norm, swiglu, rope, the AdamW update). On by
-// default. Off, those ops run their composite formulas, written with other ops: the reference
-// the fused kernels are tested against, and what runs on a backend that lacks a fused kernel.
+// Whether ops call a backend's fused kernels (rms_norm, swiglu, rope, the AdamW update, SDPA's
+// double backward). On by default. Off, those ops run their composite formulas, written with
+// other ops: the reference the fused kernels are tested against, and what runs on a backend
+// that lacks a fused kernel.
 #pragma once
 #include "core/scoped_setting.h"
 

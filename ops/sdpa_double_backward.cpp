@@ -3,8 +3,10 @@
 // backward, written by hand from the saved stats. docs/SDPA_DOUBLE_BACKWARD.md derives it;
 // the names below are the derivation's.
 #include <cmath>
+#include <optional>
 
 #include "autograd/autograd.h"
+#include "ops/fused_kernels.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa_check.h"
@@ -23,9 +25,11 @@ struct DoubleBackward {
   Tensor q, k, v, mask, dout;  // gradients of the first-order op's inputs
 };
 
-// The double backward composed from ops in q's compute dtype. It materializes the
-// (B, Hq, Sq, Skv) scores. Under grad mode (a third derivative) it is itself recorded; the
-// softmax statistics are then recomputed from the scores so that they are differentiated too.
+// The double backward composed from ops in q's compute dtype: what runs without the tiled
+// kernel (a backend that lacks it, fused kernels off, a third derivative) and the reference the
+// kernel is tested against. It materializes the (B, Hq, Sq, Skv) scores. Under grad mode (a third
+// derivative) it is itself recorded; the softmax statistics are then recomputed from the scores so
+// that they are differentiated too.
 DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
                                const FirstOrderCotangents& cot) {
@@ -89,6 +93,42 @@ DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v
   return r;
 }
 
+// The backend's tiled kernel (O(Skv) memory per thread; the CPU has it), when fused kernels
+// are on and no higher derivative is being recorded; nothing when it does not run. Inputs in
+// q's compute dtype, as double_backward takes them.
+std::optional<DoubleBackward> fused_double_backward(const Tensor& q, const Tensor& k,
+                                                    const Tensor& v, const Tensor& dout,
+                                                    const Tensor& stats, const SdpaOptions& opts,
+                                                    const FirstOrderCotangents& cot) {
+  if (grad_enabled() || !fused_kernels()) return std::nullopt;
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return std::nullopt;
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  const Tensor st = stats.contiguous();
+  p.stats = detail::view_of(st);
+  const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
+  DoubleBackward r;
+  r.q = empty(q.sizes(), q.options());
+  r.k = empty(k.sizes(), k.options());
+  r.v = empty(v.sizes(), v.options());
+  r.dout = empty(dout.sizes(), dout.options());
+  Tensor gmask;  // score-shaped; the tiles the kernel skips stay zero
+  if (cot.dmask.defined()) gmask = zeros(scores, q.options());
+  using detail::view_of;
+  SdpaDoubleGradViews views{view_of(dout),
+                            view_of(cot.dq),
+                            view_of(cot.dk),
+                            view_of(cot.dv),
+                            cot.dmask.defined() ? detail::view_as(cot.dmask, scores) : View{},
+                            view_of(r.q),
+                            view_of(r.k),
+                            view_of(r.v),
+                            view_of(r.dout),
+                            gmask.defined() ? view_of(gmask) : View{}};
+  if (!detail::backend_of(q).sdpa_double_backward(p, views)) return std::nullopt;
+  if (gmask.defined()) r.mask = sum_to(gmask, opts.mask->sizes());
+  return r;
+}
+
 }  // namespace
 
 std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const Tensor& k,
@@ -120,8 +160,10 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     const auto up = [cd](const Tensor& t) { return t.defined() ? t.to(cd) : t; };
     if (o.mask && o.mask->dtype() != kBool) o.mask = up(*o.mask);
     FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
-    DoubleBackward r = double_backward(up(qv), up(sk.unpack(kOp)), up(sv.unpack(kOp)),
-                                       up(sd.unpack(kOp)), ss.unpack(kOp), o, cot);
+    const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
+    const Tensor dout = up(sd.unpack(kOp)), stats = ss.unpack(kOp);
+    std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
+    DoubleBackward r = fused ? *fused : double_backward(q, k, v, dout, stats, o, cot);
     const DType dt = qv.dtype();
     std::vector<Tensor> res{r.q.to(dt), r.k.to(dt), r.v.to(dt)};
     if (mask_grad) res.push_back(r.mask.to(dt));

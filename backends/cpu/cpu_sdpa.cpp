@@ -10,10 +10,9 @@
 // the dropout run over whole vectors.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <memory>
 
+#include "backends/cpu/aligned_buffer.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
@@ -28,40 +27,6 @@ using namespace sdpa_tiles;
 
 constexpr int64_t kBr = 64;   // query rows per tile
 constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
-
-// A buffer aligned to the vector width, grown on demand and never shrunk.
-template <class T>
-class Buffer {
- public:
-  T* get(int64_t n) {
-    if (n > size_) {
-      const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
-      data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-      if (!data_) throw std::bad_alloc();
-      size_ = n;
-#ifndef NDEBUG
-      // Debug builds (the sanitizer tests) start from NaN, so a read of a tile element that
-      // was never written shows up in the results instead of passing by luck.
-      std::fill(data_.get(), data_.get() + n, std::numeric_limits<T>::quiet_NaN());
-#endif
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> data_;
-  int64_t size_ = 0;
-};
-
-// The first key tile starts on a whole vector so that every B operand read of a tile stays
-// inside the padded rows; the keys this adds before `lo` are masked by finish_scores.
-template <class T>
-int64_t first_key(int64_t lo) {
-  return lo / simd::kLanes<T> * simd::kLanes<T>;
-}
 
 // One step of the online softmax over a tile of scores (rows x cols, padded to cp columns):
 // raises the running max m, rescales the running sum l, turns the scores into exp(s - m) in
@@ -195,7 +160,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
   const int64_t dv_p = round_to_lanes<T>(Dv);
-  const T scale = static_cast<T>(p.scale), ninf = -std::numeric_limits<T>::infinity();
+  const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0;
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
@@ -243,17 +208,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
             finish_scores(p, s, kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
                           p.softcap > 0 ? th : nullptr);
-            for (int64_t r = 0; r < rows; ++r) {  // P, rebuilt from the saved logsumexp
-              T* row = s + r * kBc;
-              std::fill(row + cols, row + cp, ninf);
-              if (lse[r] == ninf) {
-                std::fill(row, row + cp, T(0));
-                continue;
-              }
-              const V l = simd::splat(lse[r]);
-              for (int64_t c = 0; c < cp; c += W)
-                simd::store(row + c, simd::exp_nonpositive<T>(simd::load(row + c) - l));
-            }
+            probabilities(s, kBc, rows, cols, cp, lse);  // P from the saved logsumexp
             const T* P = s;
             if (dropout) {
               std::copy(s, s + rows * kBc, pd);

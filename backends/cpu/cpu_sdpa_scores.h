@@ -1,11 +1,12 @@
 // The per-element score rules of the CPU SDPA kernels (DESIGN.md §4), applied to a tile of
-// scores in memory, and the tile loads and stores. Included by cpu_sdpa.cpp alone.
+// scores in memory, and the tile loads and stores. Included by the CPU SDPA kernels alone.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/simd.h"
 #include "backends/sdpa_params.h"
 #include "core/half.h"
 
@@ -91,6 +92,13 @@ inline KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t
   return {r.lo, r.hi};
 }
 
+// The first key tile starts on a whole vector so that every B operand read of a tile stays
+// inside the padded rows; the keys this adds before `lo` are masked by finish_scores.
+template <class T>
+int64_t first_key(int64_t lo) {
+  return lo / simd::kLanes<T> * simd::kLanes<T>;
+}
+
 // Turns dot products S (rows x cols, leading dim ld; q already multiplied by the scale) into
 // the final masked scores: softcap, ALiBi, float mask, then -inf wherever a mask hides the key.
 // When `tanh_out` is given it receives tanh(s / softcap) for the backward's chain rule (0 for
@@ -139,6 +147,27 @@ void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, 
       std::fill(tanh_out + r * ld, tanh_out + r * ld + lo, T(0));
       std::fill(tanh_out + r * ld + hi, tanh_out + r * ld + cols, T(0));
     }
+  }
+}
+
+// Turns final scores (rows x cols, padded to cp columns) into P = exp(s - lse) in place, from
+// the forward's logsumexp: 0 in the padding columns and in rows that every rule hides (lse
+// -inf).
+template <class T>
+void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, const T* lse) {
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = s + r * ld;
+    std::fill(row + cols, row + cp, ninf);
+    if (lse[r] == ninf) {
+      std::fill(row, row + cp, T(0));
+      continue;
+    }
+    const V l = simd::splat(lse[r]);
+    for (int64_t c = 0; c < cp; c += W)
+      simd::store(row + c, simd::exp_nonpositive<T>(simd::load(row + c) - l));
   }
 }
 

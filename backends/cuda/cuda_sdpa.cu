@@ -374,4 +374,10 @@ void CudaBackend::sdpa_backward(const SdpaParams& p, const View& dout, const Sdp
   }
 }
 
+// No tiled double backward on the GPU yet: the op composes it from ops (cuBLAS products and
+// elementwise kernels over the (B, Hq, Sq, Skv) scores).
+bool CudaBackend::sdpa_double_backward(const SdpaParams& /*p*/, const SdpaDoubleGradViews& /*g*/) {
+  return false;
+}
+
 }  // namespace tg::cuda
