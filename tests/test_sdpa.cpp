@@ -292,10 +292,10 @@ std::vector<Tensor> second_order(
     wrt.push_back(*oo.mask);
   }
   auto first = grad({attend(q, k, v, oo).out}, wrt, {dout}, std::nullopt, true, true);
-  Tensor l2 = zeros({}, kFloat64);
+  Tensor l2 = zeros({}, q.dtype());
   for (size_t i = 0; i < first.size(); ++i) {
     CHECK(first[i].requires_grad());
-    l2 = add(l2, sum(mul(first[i], rnd(first[i].sizes(), seed + i))));
+    l2 = add(l2, sum(mul(first[i], rnd(first[i].sizes(), seed + i).to(q.dtype()))));
   }
   wrt.push_back(dout);
   return grad({l2}, wrt, {}, std::nullopt, true);
@@ -319,6 +319,57 @@ TEST_CASE("double backward against sdpa_reference's over random option combinati
       // Relative, with an absolute floor: where a gradient is exactly 0 (a row with one key
       // has dq = 0) the reference leaves the roundoff of cancelling O(1) terms, ~1e-17.
       CHECK(max_abs(sub(got[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
+    }
+  }
+}
+
+TEST_CASE("the tiled double backward kernel: against the composed one, and in float32 and 16 bits") {
+  std::mt19937_64 rng(20261124);
+  for (int n = 0; n < 8; ++n) {
+    Config c = random_config(rng);
+    while (c.Sq <= 64 || c.Skv <= 128) c = random_config(rng);  // several query and key tiles
+    const Inputs in = make_inputs(c, 9000 + 10 * n);
+    SdpaOptions o = c.opts;
+    if (c.mask_kind) o.mask = in.mask;
+    INFO("config " << n << ": " << c.describe());
+    const auto tiled = second_order(sdpa, in, c, o, 700 + n);
+    std::vector<Tensor> composed;
+    {
+      FusedKernelsGuard off(false);
+      composed = second_order(sdpa, in, c, o, 700 + n);
+    }
+    REQUIRE(tiled.size() == composed.size());
+    for (size_t i = 0; i < tiled.size(); ++i) {
+      CAPTURE(i);
+      CHECK(max_abs(sub(tiled[i], composed[i])) <= 1e-12 * max_abs(composed[i]) + 1e-14);
+    }
+    // Lower precision against float64 on the same rounded inputs. The 16-bit double backward
+    // runs in float32 and rounds its results once; its cotangents (the random weights of l2)
+    // are rounded too. Each rounding is 2^-9 relative, so the bound is two bfloat16 ulps of
+    // the largest gradient (measured: at most 4.2e-3; float32 at most 5.5e-7).
+    for (auto [dt, tol] : {std::pair{kFloat32, 1e-5}, std::pair{kBFloat16, 8e-3}}) {
+      CAPTURE(dt);
+      const auto lowered = [dt = dt](const Tensor& t) { return t.defined() ? t.to(dt) : t; };
+      const auto rounded = [dt = dt](const Tensor& t) {
+        return t.defined() && t.dtype() == kFloat64 ? t.to(dt).to(kFloat64) : t;
+      };
+      Inputs low{lowered(in.q), lowered(in.k), lowered(in.v),
+                 in.mask.defined() && in.mask.dtype() != kBool ? lowered(in.mask) : in.mask,
+                 lowered(in.dout)};
+      Inputs ref{rounded(in.q), rounded(in.k), rounded(in.v), rounded(in.mask),
+                 rounded(in.dout)};
+      SdpaOptions lo = o, ro = o;
+      if (c.mask_kind) {
+        lo.mask = low.mask;
+        ro.mask = ref.mask;
+      }
+      const auto got = second_order(sdpa, low, c, lo, 700 + n);
+      const auto want = second_order(sdpa, ref, c, ro, 700 + n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CHECK(got[i].dtype() == dt);
+        CHECK(max_abs(sub(got[i].to(kFloat64), want[i])) <= tol * max_abs(want[i]) + 1e-6);
+      }
     }
   }
 }
