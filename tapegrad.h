@@ -11,5 +11,6 @@
 #include "core/philox.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "dist/dist.h"
 #include "models/models.h"
 #include "ops/ops.h"

@@ -3,7 +3,7 @@
 # is missing. Idempotent. An optional package that fails to install is reported, not fatal.
 set -euo pipefail
 packages=(cmake g++ make libeigen3-dev doctest-dev librandom123-dev nlohmann-json3-dev libcli11-dev
-  libopenblas-openmp-dev libdnnl-dev)
+  libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin)
 optional=("$@")
 missing() {
   for p in "$@"; do

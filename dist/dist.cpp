@@ -1,0 +1,269 @@
+// tg::dist over a Communicator (communicator.h): argument checks, staging through contiguous
+// host buffers (CUDA tensors included), 16-bit reductions in float32, a signature exchange
+// that turns ranks disagreeing about a collective into an error on every rank, and a watchdog
+// that ends the job when a collective waits too long.
+#include "dist/dist.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "ops/ops.h"
+
+namespace tg::dist {
+namespace {
+
+// Ends the process when one collective runs past the timeout: the only way out of a blocking
+// MPI call whose peers are gone. _Exit without MPI_Finalize makes mpirun stop the other ranks.
+class Watchdog {
+ public:
+  ~Watchdog() { stop(); }
+  void start(double timeout_s, int rank) {
+    timeout_ = std::chrono::duration<double>(timeout_s);
+    rank_ = rank;
+    if (timeout_s > 0) thread_ = std::thread([this] { watch(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void arm(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    what_ = what;
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    cv_.notify_all();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    what_ = nullptr;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      if (!what_) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && what_ &&
+          std::chrono::steady_clock::now() >= deadline_) {
+        std::fprintf(stderr,
+                     "[dist] rank %d: %s waited more than %g s for the other ranks (one failed, "
+                     "exited or called a different collective); ending the job\n",
+                     rank_, what_, timeout_.count());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  std::chrono::duration<double> timeout_{0};
+  std::chrono::steady_clock::time_point deadline_;
+  const char* what_ = nullptr;
+  bool stopping_ = false;
+  int rank_ = 0;
+};
+
+struct State {
+  std::unique_ptr<detail::Communicator> comm;  // null: a world of one
+  Watchdog watchdog;
+  bool initialized = false;
+  // The watchdog stops before the communicator finalizes MPI.
+  ~State() { watchdog.stop(); }
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// A collective in progress: under the watchdog's eye.
+class Guarded {
+ public:
+  explicit Guarded(const char* what) { state().watchdog.arm(what); }
+  ~Guarded() { state().watchdog.disarm(); }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+};
+
+// What every rank must agree on before a collective moves data: which collective, the dtype,
+// the element count and the root. Exchanged as its minimum and maximum over the ranks.
+void agree(const char* op, int64_t kind, DType dtype, int64_t numel, int64_t root) {
+  detail::Communicator& c = *state().comm;
+  int64_t sig[8] = {kind, static_cast<int64_t>(dtype), numel, root};
+  for (int i = 0; i < 4; ++i) sig[4 + i] = -sig[i];  // max of -x is -min of x
+  c.all_reduce(sig, 8, kInt64, detail::HostReduce::Max);
+  if (sig[0] != -sig[4]) fail(op, "ranks called different collectives at the same point");
+  TG_CHECK(sig[1] == -sig[5], op, "ranks disagree on the tensor's dtype (this rank: ", dtype, ")");
+  TG_CHECK(sig[2] == -sig[6], op, "ranks disagree on the tensor's size: ", numel,
+           " elements on this rank, between ", -sig[6], " and ", sig[2], " over the ranks");
+  TG_CHECK(sig[3] == -sig[7], op, "ranks disagree on the root: ", root, " on this rank");
+}
+
+// The number of processes the launcher started, from its environment (Open MPI's mpirun,
+// MPICH's hydra); 1 when there is none.
+int launched_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  }
+  return 1;
+}
+
+// A collective before init in a job of several processes would silently act as a world of
+// one (every rank training alone): an error instead.
+void check_initialized(const char* op) {
+  if (state().initialized) return;
+  const int n = launched_world_size();
+  TG_CHECK(n <= 1, op, "the process group is not initialized, and this process is one of ", n,
+           " started by the launcher: call tg::dist::init() first");
+}
+
+void check_writable(const Tensor& t, const char* op) {
+  TG_CHECK(t.defined(), op, "argument 'tensor' is undefined");
+  TG_CHECK(!(grad_enabled() && t.requires_grad()), op,
+           "argument 'tensor' requires grad while grad mode is on: collectives are not "
+           "recorded on the tape; pass tensor.detach() or use tg::NoGradGuard");
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    TG_CHECK(t.strides()[d] != 0 || t.sizes()[d] <= 1, op, "argument 'tensor' of shape ",
+             shape_str(t.sizes()), " has stride 0 in dim ", d,
+             " (an expanded view): it cannot be written in place; clone() it first");
+  }
+}
+
+// A private contiguous host copy of t's values in `dtype` (never t's own storage).
+Tensor host_copy(const Tensor& t, DType dtype) {
+  NoGradGuard ng;
+  Tensor h = t.detach().to(kCPU).to(dtype).contiguous();
+  if (h.numel() && h.raw_data() == t.raw_data()) h = h.clone();
+  return h;
+}
+
+void write_back(Tensor& t, const Tensor& host) {
+  NoGradGuard ng;
+  t.copy_(host.to(t.dtype()));
+}
+
+}  // namespace
+
+void init(const InitOptions& options) {
+  State& s = state();
+  TG_CHECK(!s.initialized, "dist.init", "the process group is already initialized");
+  TG_CHECK(options.timeout_s >= 0, "dist.init", "timeout_s must be >= 0, got ", options.timeout_s);
+  s.comm = detail::make_mpi_communicator();
+  s.initialized = true;
+  s.watchdog.start(options.timeout_s, rank());
+  if (world_size() > 1) {
+    // An exception nobody catches ends every rank, not this one alone.
+    std::set_terminate([] {
+      std::string what = "terminate called";
+      if (std::exception_ptr e = std::current_exception()) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          what = x.what();
+        } catch (...) {
+          what = "an exception that is not a std::exception";
+        }
+      }
+      abort(what, 1);
+    });
+  }
+}
+
+bool is_initialized() { return state().initialized; }
+const char* backend() { return available() ? "mpi" : "none"; }
+bool available() {
+#ifdef TAPEGRAD_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+int rank() { return state().comm ? state().comm->rank() : 0; }
+int world_size() { return state().comm ? state().comm->size() : 1; }
+
+void barrier() {
+  check_initialized("dist.barrier");
+  if (!state().comm) return;
+  Guarded g("barrier");
+  state().comm->barrier();
+}
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  constexpr const char* kOp = "dist.all_reduce";
+  check_initialized(kOp);
+  check_writable(t, kOp);
+  const DType dt = t.dtype();
+  TG_CHECK(op != ReduceOp::Mean || is_floating(dt), kOp, "Mean takes a floating tensor, got ", dt);
+  TG_CHECK(op == ReduceOp::Max || dt != kBool, kOp, "a bool tensor takes Max (any), not ",
+           op == ReduceOp::Sum ? "Sum" : "Mean");
+  if (!state().comm) return;  // a world of one: already the result
+  Guarded g("all_reduce");
+  agree(kOp, 1, dt, t.numel(), 0);
+  if (t.numel() == 0) return;
+  const DType wire = dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt;
+  Tensor h = host_copy(t, wire);
+  state().comm->all_reduce(h.raw_data(), h.numel(), wire,
+                           op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum);
+  if (op == ReduceOp::Mean) h = div(h, static_cast<double>(world_size()));
+  write_back(t, h);
+}
+
+void broadcast(Tensor& t, int root) {
+  constexpr const char* kOp = "dist.broadcast";
+  check_initialized(kOp);
+  check_writable(t, kOp);
+  TG_CHECK(root >= 0 && root < world_size(), kOp, "argument 'root' must be in [0, ", world_size(),
+           "), got ", root);
+  if (!state().comm) return;
+  Guarded g("broadcast");
+  agree(kOp, 2, t.dtype(), t.numel(), root);
+  if (t.numel() == 0) return;
+  Tensor h = host_copy(t, t.dtype());
+  state().comm->broadcast(h.raw_data(), h.numel() * static_cast<int64_t>(dtype_size(h.dtype())),
+                          root);
+  if (rank() != root) write_back(t, h);
+}
+
+Tensor all_gather(const Tensor& t) {
+  constexpr const char* kOp = "dist.all_gather";
+  check_initialized(kOp);
+  TG_CHECK(t.defined(), kOp, "argument 'tensor' is undefined");
+  Shape shape = t.sizes();
+  shape.insert(shape.begin(), world_size());
+  NoGradGuard ng;
+  if (!state().comm) return t.detach().unsqueeze(0).clone();
+  Guarded g("all_gather");
+  agree(kOp, 3, t.dtype(), t.numel(), 0);
+  Tensor h = host_copy(t, t.dtype());
+  Tensor out = empty(shape, TensorOptions(t.dtype()));
+  const int64_t bytes = h.numel() * static_cast<int64_t>(dtype_size(h.dtype()));
+  if (bytes) state().comm->all_gather(h.raw_data(), out.raw_data(), bytes);
+  return out.to(t.device());
+}
+
+void abort(const std::string& message, int code) {
+  std::fprintf(stderr, "[rank %d] %s\n", rank(), message.c_str());
+  std::fflush(stderr);
+  if (state().comm) state().comm->abort(code);
+  std::_Exit(code);
+}
+
+}  // namespace tg::dist
