@@ -25,9 +25,6 @@ namespace {
 
 using namespace sdpa_tiles;
 
-constexpr int64_t kBr = 64;   // query rows per tile
-constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
-
 // One step of the online softmax over a tile of scores (rows x cols, padded to cp columns):
 // raises the running max m, rescales the running sum l, turns the scores into exp(s - m) in
 // place and leaves in alpha the factor by which each row's output accumulator must be scaled.

@@ -26,9 +26,6 @@ namespace {
 
 using namespace sdpa_tiles;
 
-constexpr int64_t kBr = 64;   // query rows per tile
-constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
-
 // The caches of one query tile, each kBr x ld: P, dP ⊙ Z, G, X ⊙ Z; P ⊙ Z with dropout (else
 // P itself); tanh(S_raw / c) and G_raw with softcap (else null).
 template <class T>

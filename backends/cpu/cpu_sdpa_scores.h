@@ -12,6 +12,10 @@
 
 namespace tg::cpu::sdpa_tiles {
 
+// The tiles of the forward, backward and double backward kernels.
+constexpr int64_t kBr = 64;   // query rows per tile
+constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
+
 // Calls f(data) with v's elements typed as they are stored: T, or bfloat16/float16 for the
 // 16-bit views of a float32 kernel, converted as the tiles are loaded and rounded once as
 // they are stored (no float32 copies of whole tensors).
