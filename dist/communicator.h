@@ -12,7 +12,6 @@ enum class HostReduce : uint8_t { Sum, Max };
 
 struct Communicator {
   virtual ~Communicator() = default;
-  virtual const char* name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void barrier() = 0;

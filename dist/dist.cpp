@@ -81,12 +81,12 @@ class Watchdog {
   int rank_ = 0;
 };
 
+// Members are destroyed in reverse order: the watchdog stops before the communicator
+// finalizes MPI.
 struct State {
   std::unique_ptr<detail::Communicator> comm;  // null: a world of one
   Watchdog watchdog;
   bool initialized = false;
-  // The watchdog stops before the communicator finalizes MPI.
-  ~State() { watchdog.stop(); }
 };
 
 State& state() {

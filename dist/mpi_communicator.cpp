@@ -65,7 +65,6 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
-  const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }

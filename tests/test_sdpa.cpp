@@ -217,18 +217,24 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
   }
 }
 
+namespace {
+// sdpa(q, k, v) causal bottom-right with the float mask x[3]: checked once and twice
+// differentiated.
+Tensor causal_bottom_right_with_mask(const std::vector<Tensor>& x) {
+  SdpaOptions o;
+  o.causal = true;
+  o.causal_align = CausalAlign::BottomRight;
+  o.mask = x[3];
+  return sdpa(x[0], x[1], x[2], o).out;
+}
+}  // namespace
+
 TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
   using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
   Tensor q = rnd({1, 2, 5, 4}, 1).requires_grad_(), k = rnd({1, 1, 6, 4}, 2).requires_grad_();
   Tensor v = rnd({1, 1, 6, 3}, 3).requires_grad_(), m = rnd({2, 5, 6}, 4).requires_grad_();
   SUBCASE("causal, GQA, float mask with its gradient") {
-    Fn f = [](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.causal = true;
-      o.causal_align = CausalAlign::BottomRight;
-      o.mask = x[3];
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
+    const Fn f = causal_bottom_right_with_mask;
     CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
   }
   SUBCASE("dropout at a fixed seed, softcap, ALiBi, bool mask, padding") {
@@ -323,7 +329,8 @@ TEST_CASE("double backward against sdpa_reference's over random option combinati
   }
 }
 
-TEST_CASE("the tiled double backward kernel: against the composed one, and in float32 and 16 bits") {
+TEST_CASE(
+    "the tiled double backward kernel: against the composed one, and in float32 and 16 bits") {
   std::mt19937_64 rng(20261124);
   for (int n = 0; n < 8; ++n) {
     Config c = random_config(rng);
@@ -356,8 +363,7 @@ TEST_CASE("the tiled double backward kernel: against the composed one, and in fl
       Inputs low{lowered(in.q), lowered(in.k), lowered(in.v),
                  in.mask.defined() && in.mask.dtype() != kBool ? lowered(in.mask) : in.mask,
                  lowered(in.dout)};
-      Inputs ref{rounded(in.q), rounded(in.k), rounded(in.v), rounded(in.mask),
-                 rounded(in.dout)};
+      Inputs ref{rounded(in.q), rounded(in.k), rounded(in.v), rounded(in.mask), rounded(in.dout)};
       SdpaOptions lo = o, ro = o;
       if (c.mask_kind) {
         lo.mask = low.mask;
@@ -379,13 +385,7 @@ TEST_CASE("sdpa is twice differentiable: float64 gradgradcheck with every option
   Tensor q = rnd({1, 2, 4, 3}, 1).requires_grad_(), k = rnd({1, 1, 5, 3}, 2).requires_grad_();
   Tensor v = rnd({1, 1, 5, 2}, 3).requires_grad_(), m = rnd({2, 4, 5}, 4).requires_grad_();
   SUBCASE("causal bottom-right, GQA, float mask with its gradient, Dqk != Dv") {
-    Fn f = [](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.causal = true;
-      o.causal_align = CausalAlign::BottomRight;
-      o.mask = x[3];
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
+    const Fn f = causal_bottom_right_with_mask;
     CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
   }
   SUBCASE("dropout, softcap, ALiBi, bool mask, window, padding") {
