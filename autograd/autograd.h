@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "core/tensor.h"
 

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "autograd/autograd.h"
+#include "autograd/hooks.h"
 #include "ops/ops.h"
 
 namespace tg {
@@ -123,9 +124,44 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   std::sort(order.begin(), order.end(),
             [](Node* a, Node* b) { return a->sequence_nr > b->sequence_nr; });
 
+  // Leaves with post-accumulate-grad hooks (hooks.h): how many nodes still to run have an edge
+  // to each; when none, its gradient for this pass is final. Only where .grad() is filled.
+  struct HookedLeaf {
+    int pending = 0;
+    bool accumulated = false;
+  };
+  std::unordered_map<TensorImpl*, HookedLeaf> hooked;
+  detail::CallbackQueueScope callbacks;
+  if (!capture) {
+    for (Node* n : order)
+      for (const Edge& e : n->next)
+        if (e.leaf && detail::has_grad_hooks(*e.leaf)) ++hooked[e.leaf.get()].pending;
+    for (const Tensor& out : outputs)  // a leaf passed as an output
+      if (!out.grad_fn() && detail::has_grad_hooks(*out.impl())) {
+        auto [it, fresh] = hooked.try_emplace(out.impl());
+        it->second.accumulated = true;
+        if (fresh) detail::run_grad_hooks(out.impl_ptr());
+      }
+  }
+  // After `node` has run (or had nothing to run): the leaves it was the last to feed.
+  auto settle_leaves = [&](const Node& node, const std::vector<Tensor>& in_grads) {
+    if (hooked.empty()) return;
+    for (size_t i = 0; i < node.next.size(); ++i) {
+      const Edge& e = node.next[i];
+      if (!e.leaf) continue;
+      auto it = hooked.find(e.leaf.get());
+      if (it == hooked.end()) continue;
+      if (i < in_grads.size() && in_grads[i].defined()) it->second.accumulated = true;
+      if (--it->second.pending == 0 && it->second.accumulated) detail::run_grad_hooks(e.leaf);
+    }
+  };
+
   for (Node* node : order) {
     auto it = buffers.find(node);
-    if (it == buffers.end()) continue;
+    if (it == buffers.end()) {
+      settle_leaves(*node, {});
+      continue;
+    }
     std::vector<Tensor> grads = std::move(it->second);
     buffers.erase(it);
     TG_CHECK(!node->released, "backward",
@@ -169,7 +205,9 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       if (anomaly_enabled()) check_finite(*node, i, g);
       deliver(e, g);
     }
+    settle_leaves(*node, in_grads);
   }
+  callbacks.run();
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 
 namespace tg {
 
-struct Node;  // autograd/node.h
+struct Node;       // autograd/node.h
+struct GradHooks;  // autograd/hooks.h
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -28,6 +29,7 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
+  std::shared_ptr<GradHooks> grad_hooks;  // a leaf's post-accumulate-grad hooks; null: none
 };
 
 class TensorOptions {

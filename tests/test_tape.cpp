@@ -183,3 +183,65 @@ TEST_CASE("1,000 training steps do not grow live storage") {
   CHECK(live_storage_bytes() == bytes);
   CHECK(last < first);
 }
+
+TEST_CASE("a post-accumulate-grad hook runs once per backward, when the leaf's gradient is final") {
+  // w feeds two matmuls, b one add near the loss: b is final first, w only after both matmuls.
+  Tensor w = rnd({3, 3}, 1).requires_grad_(), b = rnd({3}, 2).requires_grad_();
+  Tensor x = rnd({4, 3}, 3);
+  std::vector<std::string> events;
+  std::vector<std::vector<double>> seen_w;
+  HookHandle hw = register_post_accumulate_grad_hook(w, [&](const Tensor& t) {
+    events.push_back("w");
+    seen_w.push_back(t.grad().to_vector<double>());
+  });
+  HookHandle hb = register_post_accumulate_grad_hook(b, [&](const Tensor&) {
+    events.push_back("b");
+    queue_callback([&] { events.push_back("end"); });
+  });
+  auto loss = [&] { return tg::sum(add(matmul(matmul(x, w), w), b)); };
+  loss().backward();
+  CHECK(events == std::vector<std::string>{"b", "w", "end"});
+  REQUIRE(seen_w.size() == 1);
+  CHECK(seen_w[0] == w.grad().to_vector<double>());  // the whole gradient, both uses summed
+  loss().backward();  // accumulates: the hook sees the sum of both passes
+  CHECK(events.size() == 6);
+  CHECK(seen_w[1] == w.grad().to_vector<double>());
+  hw.remove();
+  w.zero_grad();
+  loss().backward();
+  CHECK(events.size() == 8);  // b and end only
+  CHECK(events.back() == "end");
+  { HookHandle moved = std::move(hb); }  // dropping the handle removes the hook
+  loss().backward();
+  CHECK(events.size() == 8);
+  CHECK(!w.impl()->grad_hooks);
+}
+
+TEST_CASE("post-accumulate-grad hooks: unused leaves, tg::grad, a leaf as the output, errors") {
+  Tensor a = rnd({2}, 1).requires_grad_(), unused = rnd({2}, 2).requires_grad_();
+  int calls_a = 0, calls_unused = 0;
+  HookHandle ha = register_post_accumulate_grad_hook(a, [&](const Tensor&) { ++calls_a; });
+  HookHandle hu =
+      register_post_accumulate_grad_hook(unused, [&](const Tensor&) { ++calls_unused; });
+  // The second input of mul(a, unused.detach()) has no edge; the graph never reaches `unused`.
+  tg::sum(mul(a, unused.detach())).backward();
+  CHECK(calls_a == 1);
+  CHECK(calls_unused == 0);
+  tg::grad({tg::sum(a)}, {a});  // fills no .grad(): no hook
+  CHECK(calls_a == 1);
+  a.backward(ones({2}, a.options()));  // the leaf itself as the output
+  CHECK(calls_a == 2);
+  check_throws_with_prefix([&] { (void)register_post_accumulate_grad_hook(mul(a, 2.0), {}); },
+                           "[register_post_accumulate_grad_hook]", "must be a leaf");
+  check_throws_with_prefix([&] { (void)register_post_accumulate_grad_hook(a, {}); },
+                           "[register_post_accumulate_grad_hook]", "'hook' is empty");
+  check_throws_with_prefix([] { queue_callback([] {}); }, "[queue_callback]",
+                           "outside a backward pass");
+  HookHandle thrower =
+      register_post_accumulate_grad_hook(a, [](const Tensor&) { fail("test", "hook failed"); });
+  check_throws_with_prefix([&] { tg::sum(a).backward(); }, "[test]", "hook failed");
+  thrower.remove();
+  // The failed pass left no callback queue behind on this thread.
+  check_throws_with_prefix([] { queue_callback([] {}); }, "[queue_callback]",
+                           "outside a backward pass");
+}
