@@ -258,6 +258,16 @@ Tensor Tensor::grad() const {
   return t.grad ? Tensor(t.grad) : Tensor();
 }
 
+void Tensor::set_grad(const Tensor& g) const {
+  TensorImpl& t = checked("set_grad");
+  if (g.defined()) {
+    TG_CHECK(g.sizes() == t.sizes && g.dtype() == t.dtype && g.device() == device(), "set_grad",
+             "the gradient must match the tensor: expected ", shape_str(t.sizes), " ", t.dtype,
+             " on ", device(), ", got ", shape_str(g.sizes()), " ", g.dtype(), " on ", g.device());
+  }
+  t.grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+
 void Tensor::zero_grad() const { checked("zero_grad").grad.reset(); }
 
 Tensor Tensor::detach() const {

@@ -103,6 +103,9 @@ class Tensor {
   bool requires_grad() const { return checked("requires_grad").requires_grad; }
   Tensor& requires_grad_(bool r = true);
   Tensor grad() const;
+  // Makes g this tensor's .grad() (as assigning torch's .grad): same shape, dtype and device;
+  // an undefined g clears it.
+  void set_grad(const Tensor& g) const;
   void zero_grad() const;
   Tensor detach() const;
   bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }

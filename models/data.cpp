@@ -126,6 +126,18 @@ Batch task_batch(const Task& task, int64_t batch, uint64_t seed, int64_t step) {
   return {from_vector(in, {batch, t}), from_vector(tgt, {batch, t})};
 }
 
+Batch shard(const Batch& batch, int64_t index, int64_t count) {
+  TG_CHECK(count > 0, "shard", "argument 'count' must be positive, got ", count);
+  TG_CHECK(index >= 0 && index < count, "shard", "argument 'index' must be in [0, ", count,
+           "), got ", index);
+  const int64_t rows = batch.inputs.size(0);
+  TG_CHECK(rows % count == 0, "shard", "a batch of ", rows, " rows does not split over ", count,
+           " ranks: make the batch a multiple of the world size");
+  const int64_t n = rows / count;
+  return {batch.inputs.narrow(0, index * n, n).contiguous(),
+          batch.targets.narrow(0, index * n, n).contiguous()};
+}
+
 std::vector<Example> task_eval_set(const Task& task, int64_t count, uint64_t seed) {
   std::mt19937_64 rng = rng_for(seed, 0, 1);
   std::vector<Example> out;

@@ -48,6 +48,10 @@ struct Batch {
 // A batch for `step`: inputs are prompt+answer without its last token, targets the next token
 // on answer positions only.
 Batch task_batch(const Task& task, int64_t batch, uint64_t seed, int64_t step);
+// Rows [index * n, (index + 1) * n) of `batch`, n = its rows / count: rank `index`'s part of a
+// global batch split over `count` ranks, so that the ranks together see the batch one process
+// would. A count that does not divide the rows is an error.
+Batch shard(const Batch& batch, int64_t index, int64_t count);
 // `count` held-out examples (drawn from a stream that training batches never use).
 std::vector<Example> task_eval_set(const Task& task, int64_t count, uint64_t seed);
 

@@ -2,6 +2,7 @@
 #pragma once
 #include "models/checkpoint.h"
 #include "models/data.h"
+#include "models/distributed_data_parallel.h"
 #include "models/generate.h"
 #include "models/grad_scaler.h"
 #include "models/layers.h"

@@ -131,6 +131,98 @@ TEST_CASE("collectives: errors") {
   }
 }
 
+namespace {
+
+// Every value of every parameter, in order.
+std::vector<float> flat_params(nn::Module& m) {
+  std::vector<float> out;
+  for (const Tensor& p : m.parameters()) {
+    const std::vector<float> v = p.contiguous().to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// Two parameters; `use_b` decides whether the loss reaches b.
+class Pair : public nn::Module {
+ public:
+  Pair()
+      : a(register_parameter("a", full({3}, 1.0 + R()))),
+        b(register_parameter("b", full({2}, 2.0))) {}
+  Tensor loss(bool use_b) const {
+    Tensor l = tg::sum(mul(a, a));
+    return use_b ? add(l, tg::sum(mul(b, 3.0))) : l;
+  }
+  Tensor a, b;
+};
+
+}  // namespace
+
+TEST_CASE("DistributedDataParallel: W ranks on batch 64/W train as one process on batch 64") {
+  const nn::TransformerConfig cfg{
+      .vocab = 256, .d_model = 32, .layers = 2, .heads = 4, .kv_heads = 2};
+  auto task = nn::make_task("sort", 6);
+  nn::Transformer single(cfg, 100);       // one process, the whole batch
+  nn::Transformer model(cfg, 100 + R());  // each rank's own init: DDP copies rank 0's
+  nn::DistributedDataParallel ddp(model, {.bucket_bytes = 16 << 10});
+  CHECK(flat_params(model) == flat_params(single));
+  nn::AdamW opt_single(single.named_parameters()), opt(model.named_parameters());
+  const int64_t batch = 64 % W() == 0 ? 64 : 16 * W();  // 64 for the 1 and 2 ranks of CI
+  for (int64_t step = 0; step < 20; ++step) {
+    const nn::Batch global = nn::task_batch(*task, batch, 3, step);
+    Generator d1{0, 0}, d2{0, 0};
+    nn::train_step(single, opt_single, global, d1);
+    nn::train_step(model, opt, nn::shard(global, R(), W()), d2);
+  }
+  const std::vector<float> mine = flat_params(model), one = flat_params(single);
+  REQUIRE(mine.size() == one.size());
+  double worst = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    worst = std::max(worst, std::abs(double(mine[i]) - one[i]));
+  CHECK(worst < 1e-5);
+  // Bitwise the same model on every rank.
+  Tensor all = dist::all_gather(from_vector(mine, {static_cast<int64_t>(mine.size())}));
+  const std::vector<float> v = all.to_vector<float>();
+  for (int r = 1; r < W(); ++r)
+    CHECK(std::memcmp(v.data(), v.data() + r * mine.size(), mine.size() * 4) == 0);
+  if (W() > 1) {
+    CHECK(ddp.bucket_count() > 2);
+    const nn::GradReductionStats& s = ddp.last_reduction();
+    CHECK(s.buckets == ddp.bucket_count());
+    CHECK(s.early_buckets == s.buckets);  // every bucket went out from a hook, during backward
+    CHECK(s.bytes == model.parameter_count() * 4);
+    CHECK(s.reduce_s > 0);
+  } else {
+    CHECK(ddp.bucket_count() == 0);  // a world of one: nothing to reduce
+  }
+}
+
+TEST_CASE("DistributedDataParallel: a parameter some ranks do not reach; accumulation; errors") {
+  Pair m;
+  nn::DistributedDataParallel ddp(m);
+  CHECK(values(m.a) == std::vector<double>{1, 1, 1});  // rank 0's
+  const bool use_b = R() == 0;                         // b's gradient comes from rank 0 alone
+  m.loss(use_b).backward();
+  CHECK(values(m.a.grad()) == std::vector<double>{2, 2, 2});  // 2a, the same on every rank
+  REQUIRE(m.b.grad().defined());
+  CHECK(values(m.b.grad()) == std::vector<double>{3.0 / W(), 3.0 / W()});
+  m.loss(use_b).backward();  // a second backward before a step: the sum, as in one process
+  CHECK(values(m.a.grad()) == std::vector<double>{4, 4, 4});
+  CHECK(values(m.b.grad()) == std::vector<double>{6.0 / W(), 6.0 / W()});
+  m.zero_grad();
+  if (W() > 1) {
+    CHECK_THROWS_WITH(backward({m.loss(true)}, {}, std::nullopt, /*create_graph=*/true),
+                      doctest::Contains("[DistributedDataParallel] backward with create_graph"));
+  }
+  m.zero_grad();
+  CHECK_THROWS_WITH(nn::DistributedDataParallel(m, {.bucket_bytes = -1}),
+                    "[DistributedDataParallel] bucket_bytes must be >= 0, got -1");
+  nn::Batch b{zeros({6, 2}, kInt64), zeros({6, 2}, kInt64)};
+  CHECK_THROWS_WITH(nn::shard(b, 0, 4),
+                    doctest::Contains("[shard] a batch of 6 rows does not split over 4 ranks"));
+  CHECK(nn::shard(b, 2, 3).inputs.sizes() == Shape{2, 2});
+}
+
 int main(int argc, char** argv) {
   dist::InitOptions o;
   o.timeout_s = 120;

@@ -1,0 +1,334 @@
+#include "models/distributed_data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "autograd/autograd.h"
+#include "dist/dist.h"
+#include "ops/ops.h"
+
+namespace tg::nn {
+namespace {
+
+constexpr const char* kOp = "DistributedDataParallel";
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Sums buckets over the ranks, one at a time in the order submitted, on its own thread: MPI's
+// blocking all-reduce runs there while backward goes on in the caller's thread.
+class Reducer {
+ public:
+  Reducer() : thread_([this] { loop(); }) {}
+  ~Reducer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    thread_.join();
+  }
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void submit(Tensor bucket) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(bucket));
+      ++submitted_;
+    }
+    work_.notify_all();
+  }
+
+  // Waits for every bucket submitted; returns the seconds spent reducing since the last wait,
+  // or rethrows the first failure.
+  double wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [this] { return done_ == submitted_; });
+    const double busy = std::exchange(busy_s_, 0.0);
+    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
+    return busy;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      Tensor bucket = std::move(queue_.front());
+      queue_.pop_front();
+      const bool failed = error_ != nullptr;
+      lock.unlock();
+      const Clock::time_point t0 = Clock::now();
+      std::exception_ptr error;
+      if (!failed) {
+        try {
+          dist::all_reduce(bucket, dist::ReduceOp::Sum);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      const double took = seconds_since(t0);
+      lock.lock();
+      if (error && !error_) error_ = error;
+      busy_s_ += took;
+      ++done_;
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_, done_cv_;
+  std::deque<Tensor> queue_;
+  int64_t submitted_ = 0, done_ = 0;
+  double busy_s_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+struct Bucket {
+  std::vector<size_t> params;    // indices into Impl::params, in the bucket's order
+  std::vector<int64_t> offsets;  // each one's first element in buffer
+  Tensor buffer;                 // flat; the parameters' dtype and device
+  size_t ready = 0;              // parameters whose gradient is in buffer this pass
+};
+
+struct Slot {
+  size_t bucket = 0;
+  size_t index = 0;  // within the bucket
+};
+
+}  // namespace
+
+struct DistributedDataParallel::Impl {
+  std::vector<Tensor> params;
+  int64_t bucket_cap = 0;
+  std::vector<Bucket> buckets;
+  std::vector<Slot> slots;  // per parameter
+  std::vector<HookHandle> hooks;
+  std::unique_ptr<Reducer> reducer;  // CPU buckets; CUDA ones are reduced at the pass's end
+  GradReductionStats stats;
+
+  // The pass under way: started by its first hook, ended by the callback that hook queued.
+  bool in_pass = false;
+  bool reordered = false;       // buckets follow the first pass's gradient order
+  std::vector<char> got;        // per parameter: gradient copied into its bucket this pass
+  std::vector<size_t> arrival;  // parameters in the order their gradients became final
+  size_t next_launch = 0;       // buckets are launched in index order on every rank
+  size_t early = 0;             // of them, launched before backward ended
+  std::vector<size_t> held;     // launched CUDA buckets, reduced when the pass ends
+  Clock::time_point pass_start;
+
+  // Cut `order` into buckets of at most bucket_cap bytes and one dtype and device.
+  void build_buckets(const std::vector<size_t>& order) {
+    buckets.clear();
+    slots.assign(params.size(), {});
+    int64_t bytes = 0, elems = 0;
+    for (size_t i : order) {
+      const Tensor& p = params[i];
+      const int64_t pb = p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+      const bool fits = !buckets.empty() && bytes + pb <= bucket_cap &&
+                        params[buckets.back().params.front()].dtype() == p.dtype() &&
+                        params[buckets.back().params.front()].device() == p.device();
+      if (!fits) {
+        buckets.emplace_back();
+        bytes = elems = 0;
+      }
+      Bucket& b = buckets.back();
+      slots[i] = {buckets.size() - 1, b.params.size()};
+      b.params.push_back(i);
+      b.offsets.push_back(elems);
+      bytes += pb;
+      elems += p.numel();
+    }
+    for (Bucket& b : buckets) {
+      const Tensor& first = params[b.params.front()];
+      const int64_t n = b.offsets.back() + params[b.params.back()].numel();
+      b.buffer = empty({n}, TensorOptions(first.dtype()).device(first.device()));
+    }
+  }
+
+  Tensor slice(size_t i) {
+    const Slot& s = slots[i];
+    Bucket& b = buckets[s.bucket];
+    return b.buffer.narrow(0, b.offsets[s.index], params[i].numel()).view(params[i].sizes());
+  }
+
+  void launch_ready() {
+    while (next_launch < buckets.size() &&
+           buckets[next_launch].ready == buckets[next_launch].params.size()) {
+      Bucket& b = buckets[next_launch];
+      if (b.buffer.device() == kCPU) {
+        reducer->submit(b.buffer);
+      } else {
+        held.push_back(next_launch);
+      }
+      ++next_launch;
+    }
+  }
+
+  void on_gradient_ready(size_t i, const Tensor& param) {
+    TG_CHECK(!grad_enabled(), kOp,
+             "backward with create_graph is not supported: the reduced gradients would carry no "
+             "graph");
+    if (!in_pass) start_pass();
+    if (got[i]) return;
+    NoGradGuard ng;
+    slice(i).copy_(param.grad());
+    got[i] = 1;
+    arrival.push_back(i);
+    ++buckets[slots[i].bucket].ready;
+    launch_ready();
+    early = next_launch;
+  }
+
+  // Ends the pass whatever happens to it: run as a callback when backward finishes, or (the
+  // token's destructor) when backward threw before it could.
+  struct PassToken {
+    explicit PassToken(Impl* owner) : impl(owner) {}
+    PassToken(const PassToken&) = delete;
+    PassToken& operator=(const PassToken&) = delete;
+    Impl* impl;
+    bool finished = false;
+    ~PassToken() {
+      if (!finished) impl->abandon_pass();
+    }
+  };
+
+  void start_pass() {
+    in_pass = true;
+    pass_start = Clock::now();
+    auto token = std::make_shared<PassToken>(this);
+    queue_callback([this, token] {
+      token->finished = true;
+      finish_pass();
+    });
+  }
+
+  void finish_pass() {
+    NoGradGuard ng;
+    // A parameter this backward did not reach contributes what its .grad() holds (zeros when
+    // none): every reduction averages the ranks' .grad(), whichever of them this pass changed.
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (got[i]) continue;
+      const Tensor g = params[i].grad();
+      if (g.defined()) {
+        slice(i).copy_(g);
+      } else {
+        slice(i).zero_();
+      }
+      got[i] = 1;
+      ++buckets[slots[i].bucket].ready;
+    }
+    launch_ready();
+    const Clock::time_point wait_start = Clock::now();
+    double reduce_s = 0;
+    try {
+      reduce_s = reducer->wait();
+      for (size_t k : held) {
+        const Clock::time_point t0 = Clock::now();
+        dist::all_reduce(buckets[k].buffer, dist::ReduceOp::Sum);
+        reduce_s += seconds_since(t0);
+      }
+    } catch (...) {
+      reset_pass();
+      throw;
+    }
+    stats.wait_s = seconds_since(wait_start);
+    stats.reduce_s = reduce_s;
+    stats.buckets = static_cast<int64_t>(buckets.size());
+    stats.early_buckets = static_cast<int64_t>(early);
+    stats.bytes = 0;
+    const double world = dist::world_size();
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].set_grad(div(slice(i), world));
+      stats.bytes += params[i].numel() * static_cast<int64_t>(dtype_size(params[i].dtype()));
+    }
+    if (!reordered) reorder_buckets();
+    reset_pass();
+  }
+
+  // After the first pass: buckets in the order its gradients became final (rank 0's order, so
+  // that every rank cuts the same buckets), so that later passes fill them front to back.
+  void reorder_buckets() {
+    reordered = true;
+    std::vector<size_t> order = arrival;
+    for (size_t i = params.size(); i-- > 0;)
+      if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+    Tensor t = empty({static_cast<int64_t>(order.size())}, kInt64);
+    for (size_t k = 0; k < order.size(); ++k)
+      t.data_ptr<int64_t>()[k] = static_cast<int64_t>(order[k]);
+    dist::broadcast(t, 0);
+    for (size_t k = 0; k < order.size(); ++k)
+      order[k] = static_cast<size_t>(t.data_ptr<int64_t>()[k]);
+    build_buckets(order);
+  }
+
+  void abandon_pass() {
+    try {
+      reducer->wait();
+    } catch (...) {  // the backward's own error is the one that propagates
+    }
+    reset_pass();
+  }
+
+  void reset_pass() {
+    in_pass = false;
+    std::fill(got.begin(), got.end(), 0);
+    arrival.clear();
+    held.clear();
+    next_launch = early = 0;
+    for (Bucket& b : buckets) b.ready = 0;
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(Module& module,
+                                                 DistributedDataParallelOptions options)
+    : module_(module), impl_(std::make_unique<Impl>()) {
+  TG_CHECK(options.bucket_bytes >= 0, kOp, "bucket_bytes must be >= 0, got ", options.bucket_bytes);
+  Impl& m = *impl_;
+  m.params = module.parameters();
+  if (options.broadcast_parameters) {
+    NoGradGuard ng;
+    for (const Tensor& p : m.params) {
+      Tensor data = p.detach();
+      dist::broadcast(data, 0);
+    }
+  }
+  if (dist::world_size() == 1 || m.params.empty()) return;  // nothing to reduce
+  int64_t total = 0;
+  for (const Tensor& p : m.params) total += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+  m.bucket_cap = options.bucket_bytes > 0
+                     ? options.bucket_bytes
+                     : std::clamp<int64_t>(total / 8, int64_t{64} << 10, int64_t{25} << 20);
+  // Until the first pass shows the tape's order: the reverse of registration, which is close
+  // (the last layers' gradients are final first).
+  std::vector<size_t> order(m.params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  m.build_buckets(order);
+  m.got.assign(m.params.size(), 0);
+  m.reducer = std::make_unique<Reducer>();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    m.hooks.push_back(register_post_accumulate_grad_hook(
+        m.params[i], [impl = impl_.get(), i](const Tensor& p) { impl->on_gradient_ready(i, p); }));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+int64_t DistributedDataParallel::bucket_count() const {
+  return static_cast<int64_t>(impl_->buckets.size());
+}
+
+const GradReductionStats& DistributedDataParallel::last_reduction() const { return impl_->stats; }
+
+}  // namespace tg::nn
