@@ -3,6 +3,7 @@
 // curve, and ends with exact-match accuracy and a few generated samples.
 //
 //   train [--task reverse] [--steps N] [--out DIR] [--resume] ...   (train --help lists all)
+//   mpirun -np 2 train ...   data-parallel: --batch split over the processes, rank 0 reports
 #include <tapegrad.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_checks.h"
@@ -89,13 +91,18 @@ void claim_out_dir(const Args& a) {
                      found.front().filename().string(),
                      "); pass --resume to continue it or --overwrite to replace it");
   }
-  for (const fs::path& f : found) fs::remove(f);
+  if (tg::dist::rank() == 0) {  // the other ranks only check
+    for (const fs::path& f : found) fs::remove(f);
+  }
 }
 
 // One line per event; on a terminal the progress line is redrawn in place.
 class Progress {
  public:
-  Progress(int64_t first, int64_t total) : first_(first), total_(total), tty_(isatty(1)) {
+  // Under mpirun rank 0's stdout may be a terminal of mpirun's making whatever the user's is:
+  // plain lines there.
+  Progress(int64_t first, int64_t total)
+      : first_(first), total_(total), tty_(isatty(1) && tg::dist::world_size() == 1) {
     start_ = std::chrono::steady_clock::now();
   }
   void update(int64_t step, double loss, double lr, int64_t tokens) {
@@ -187,9 +194,11 @@ struct Data {
   std::string id;                         // for the checkpoint's metadata
   std::vector<tg::nn::Example> eval_set;  // held-out task examples (none for text)
 
+  // This rank's part of step's global batch (all of it in a world of one).
   tg::nn::Batch batch(const Args& a, int64_t step) const {
-    return task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
-                : text->batch(a.batch, seq, a.seed, step, false);
+    return tg::nn::shard(task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
+                              : text->batch(a.batch, seq, a.seed, step, false),
+                         tg::dist::rank(), tg::dist::world_size());
   }
 };
 
@@ -235,10 +244,13 @@ void print_header(const Args& a, const Data& data, const tg::nn::TransformerConf
       static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.heads),
       static_cast<long long>(cfg.kv_heads), static_cast<long long>(cfg.ffn_size()),
       static_cast<long long>(model.parameter_count()));
+  const int world = tg::dist::world_size();
+  const std::string procs =
+      world > 1 ? std::to_string(world) + " processes (" + tg::dist::backend() + ") x " : "";
   std::printf(
-      "steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %d threads, %s, %s\n",
+      "steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %s%d threads, %s, %s\n",
       static_cast<long long>(a.steps), static_cast<long long>(first),
-      static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr,
+      static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr, procs.c_str(),
       tg::get_num_threads(), a.device.c_str(), precision.c_str());
 }
 
@@ -321,46 +333,87 @@ void install_fault_hook() {
   });
 }
 
+// Each rank's dropout masks: the step's generator with the rank in its key, so that the ranks
+// draw different masks (in a world of one, step_dropout_generator's own).
+tg::Generator rank_dropout_generator(uint64_t seed, int64_t step) {
+  tg::Generator g = tg::nn::step_dropout_generator(seed, step);
+  g.seed += static_cast<uint64_t>(tg::dist::rank()) * 0x9E3779B97F4A7C15ULL;
+  return g;
+}
+
+// What the ranks learn after each step, from every rank's loss and stop signal: the loss of
+// the global batch (the mean over the ranks, in rank order, so the same on every rank) and
+// whether any rank was told to stop (then all stop after the same step).
+struct StepOutcome {
+  double loss;
+  int signal;
+};
+
+StepOutcome gather_outcome(double loss) {
+  const int world = tg::dist::world_size();
+  if (world == 1) return {loss, static_cast<int>(g_signal)};
+  tg::Tensor mine = tg::from_vector(std::vector<double>{loss, static_cast<double>(g_signal)}, {2});
+  const std::vector<double> all = tg::dist::all_gather(mine).to_vector<double>();
+  StepOutcome out{0.0, 0};
+  for (int r = 0; r < world; ++r) {
+    out.loss += all[2 * r];
+    out.signal = std::max(out.signal, static_cast<int>(all[2 * r + 1]));
+  }
+  out.loss /= world;
+  return out;
+}
+
 // The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
-// checkpoints along the way, and the last checkpoint.
+// checkpoints along the way, and the last checkpoint. Under several processes every rank
+// trains its shard of each batch; rank 0 alone reports, evaluates and writes checkpoints.
 // Returns 0, or 128 + the signal that stopped the run early (after its checkpoint).
 int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg, const Paths& paths,
           tg::nn::Transformer& model, tg::nn::AdamW& opt, int64_t first, Precision& precision) {
+  const bool lead = tg::dist::rank() == 0;
   const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
-  std::vector<std::string> rows = read_csv_rows(paths.csv, first);
+  std::vector<std::string> rows =
+      lead ? read_csv_rows(paths.csv, first) : std::vector<std::string>{};
   Progress progress(first, a.steps);
+  auto checkpoint = [&](int64_t step) {
+    if (lead) save_checkpoint(a, cfg, data, step, model, opt, precision, rows);
+  };
   for (int64_t step = first; step < a.steps; ++step) {
     const tg::nn::Batch b = data.batch(a, step);
     opt.lr = schedule(step);
-    tg::Generator dropout = tg::nn::step_dropout_generator(a.seed, step);
+    tg::Generator dropout = rank_dropout_generator(a.seed, step);
     const int64_t skipped = precision.scaler.skipped_steps();
-    const double loss = tg::nn::train_step(
+    const StepOutcome done = gather_outcome(tg::nn::train_step(
         model, opt, b, dropout,
-        {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()});
+        {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()}));
+    if (!lead) {
+      if (done.signal && step + 1 < a.steps) return 128 + done.signal;
+      continue;
+    }
     if (precision.scaler.skipped_steps() > skipped) {
       progress.note("step " + std::to_string(step + 1) +
                     " skipped: its float16 gradients overflowed; loss scale now " +
                     fmt("%g", precision.scaler.current_scale()));
     }
-    TG_CHECK(std::isfinite(loss), "train", "loss became ", loss, " at step ", step,
+    TG_CHECK(std::isfinite(done.loss), "train", "loss became ", done.loss, " at step ", step,
              " (try a lower --lr)");
-    rows.push_back(std::to_string(step) + "," + fmt("%.6f", loss) + "," + fmt("%.6e", opt.lr));
-    progress.update(step, loss, opt.lr, a.batch * data.seq);
-    if (g_signal && step + 1 < a.steps) {
-      save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
-      progress.note(std::string(g_signal == SIGINT ? "interrupted" : "terminated") +
+    rows.push_back(std::to_string(step) + "," + fmt("%.6f", done.loss) + "," + fmt("%.6e", opt.lr));
+    progress.update(step, done.loss, opt.lr, a.batch * data.seq);
+    if (done.signal && step + 1 < a.steps) {
+      checkpoint(step + 1);
+      progress.note(std::string(done.signal == SIGINT ? "interrupted" : "terminated") +
                     " after step " + std::to_string(step + 1) + ": wrote the checkpoint to '" +
                     a.out + "' (continue with --resume)");
-      return 128 + g_signal;
+      return 128 + done.signal;
     }
     if (a.eval_every > 0 && (step + 1) % a.eval_every == 0 && step + 1 < a.steps) {
-      progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", loss) + ", " +
+      progress.note("step " + std::to_string(step + 1) + ": loss " + fmt("%.4f", done.loss) + ", " +
                     evaluate(model, data, a, 200));
-      save_checkpoint(a, cfg, data, step + 1, model, opt, precision, rows);
+      checkpoint(step + 1);
       tg::release_free_memory();  // what evaluation and checkpoint freed (docs/PERFORMANCE.md)
     }
   }
-  save_checkpoint(a, cfg, data, a.steps, model, opt, precision, rows);
+  if (!lead) return 0;
+  checkpoint(a.steps);
   const bool png = plot_loss(paths.csv, paths.png);
   progress.note(fmt("done in %.1f s", progress.elapsed()) + "; wrote " + paths.model.string() +
                 ", " + paths.optim.string() + ", " + paths.csv.string() +
@@ -395,47 +448,137 @@ void print_results(const Args& a, const Data& data, tg::nn::Transformer& model) 
   std::printf("sample:\n%s%s\n", prompt.c_str(), tg::nn::ByteTokenizer::decode(ids).c_str());
 }
 
-int run(const Args& a) {
-  check_args(a);
-  claim_out_dir(a);
-  install_fault_hook();
-  if (a.threads > 0) tg::set_num_threads(static_cast<int>(a.threads));
-  fs::create_directories(a.out);
-  const Paths paths(a.out);
-  const Data data = load_data(a);
-  const tg::nn::TransformerConfig cfg = model_config(a, paths);
-  tg::nn::Transformer model(cfg, a.seed);
-  model.to(a.device == "cuda" ? tg::kCUDA : tg::kCPU);
+// Everything a run trains with, from the flags (and the checkpoint when resuming).
+struct Session {
+  Data data;
+  tg::nn::TransformerConfig cfg;
+  std::unique_ptr<tg::nn::Transformer> model;
+  std::unique_ptr<tg::nn::AdamW> opt;
+  Precision precision;
+  int64_t first = 0;  // the step to start from
+};
+
+std::unique_ptr<Session> load_session(const Args& a, const Paths& paths) {
+  auto s = std::make_unique<Session>();
+  s->data = load_data(a);
+  s->cfg = model_config(a, paths);
+  s->model = std::make_unique<tg::nn::Transformer>(s->cfg, a.seed);
+  s->model->to(a.device == "cuda" ? tg::kCUDA : tg::kCPU);
   tg::nn::AdamWOptions ao;
   ao.lr = a.lr;
   ao.weight_decay = a.weight_decay;
-  tg::nn::AdamW opt(model.named_parameters(), ao);
-  Precision precision{a.precision, tg::nn::GradScaler()};
-  int64_t first = 0;
+  s->opt = std::make_unique<tg::nn::AdamW>(s->model->named_parameters(), ao);
+  s->precision.name = a.precision;
   if (a.resume) {
-    const Metadata meta = tg::nn::load_training_checkpoint(a.out, model, opt);
-    if (meta.count("data") && meta.at("data") != data.id) {
+    const Metadata meta = tg::nn::load_training_checkpoint(a.out, *s->model, *s->opt);
+    if (meta.count("data") && meta.at("data") != s->data.id) {
       cli::usage_error("--resume", "the run in '", a.out, "' trained on '", meta.at("data"),
-                       "', the flags say '", data.id,
+                       "', the flags say '", s->data.id,
                        "' (pass the run's --task and --task-size, or its --text)");
     }
-    first = opt.steps();
-    if (meta.count("step")) first = std::stoll(meta.at("step"));  // skipped steps included
-    if (meta.count("precision") && !a.precision_given) precision.name = meta.at("precision");
+    s->first = s->opt->steps();
+    if (meta.count("step")) s->first = std::stoll(meta.at("step"));  // skipped steps included
+    if (meta.count("precision") && !a.precision_given) s->precision.name = meta.at("precision");
     if (meta.count("loss_scale")) {
-      precision.scaler.set_state(std::stod(meta.at("loss_scale")),
-                                 std::stoll(meta.at("loss_scale_good_steps")));
+      s->precision.scaler.set_state(std::stod(meta.at("loss_scale")),
+                                    std::stoll(meta.at("loss_scale_good_steps")));
     }
   }
-  install_signal_handlers();
-  print_header(a, data, cfg, model, first, precision.name);
-  std::fflush(stdout);
-  if (const int stopped = train(a, data, cfg, paths, model, opt, first, precision)) return stopped;
-  if (g_signal) return 128 + g_signal;  // during the last step: its checkpoint is written
-  std::signal(SIGINT, SIG_DFL);         // the run is saved: the final evaluation stops at once
-  std::signal(SIGTERM, SIG_DFL);
-  print_results(a, data, model);
+  return s;
+}
+
+// Runs `part` on every rank. In a world of one its errors propagate as they are. Under several
+// processes a failure on any rank fails all of them alike, so that none is left waiting in a
+// collective for one that gave up: the lowest failing rank prints its message once and every
+// rank returns that rank's status (2 for a usage error, 1 otherwise). Returns 0 when all passed.
+template <class F>
+int on_every_rank(F&& part) {
+  const int world = tg::dist::world_size(), rank = tg::dist::rank();
+  if (world == 1) {
+    part();
+    return 0;
+  }
+  int64_t status = 0;
+  std::string message;
+  try {
+    part();
+  } catch (const cli::UsageError& e) {
+    status = 2;
+    message = e.what();
+  } catch (const std::exception& e) {
+    status = 1;
+    message = std::string("error: ") + e.what();
+  }
+  const std::vector<int64_t> all =
+      tg::dist::all_gather(tg::from_vector(std::vector<int64_t>{status}, {1})).to_vector<int64_t>();
+  for (int r = 0; r < world; ++r) {
+    if (all[r] == 0) continue;
+    if (r == rank) {
+      std::fprintf(stderr, "%s%s\n", rank ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
+                   message.c_str());
+    }
+    return static_cast<int>(all[r]);
+  }
   return 0;
+}
+
+// Threads per process: --threads, else OMP_NUM_THREADS, else the cores shared among the
+// processes this machine runs (mpirun's local size), so that ranks do not oversubscribe it.
+void set_threads(const Args& a) {
+  if (a.threads > 0) {
+    tg::set_num_threads(static_cast<int>(a.threads));
+    return;
+  }
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (tg::dist::world_size() == 1 || std::getenv("OMP_NUM_THREADS") || !local) return;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  tg::set_num_threads(std::max(1, cores / std::max(1, std::atoi(local))));
+}
+
+int run(const Args& a) {
+  tg::dist::init();  // every rank under mpirun or srun; else a world of one
+  const bool lead = tg::dist::rank() == 0;
+  const Paths paths(a.out);
+  if (const int failed = on_every_rank([&] {
+        check_args(a);
+        const int world = tg::dist::world_size();
+        if (a.batch % world != 0) {
+          cli::usage_error("--batch", a.batch, " sequences do not split over ", world,
+                           " processes: pass a multiple of ", world);
+        }
+        claim_out_dir(a);
+        install_fault_hook();
+        set_threads(a);
+        fs::create_directories(a.out);
+        // A save cut short is finished (or undone) by one rank, before any rank reads the run.
+        if (a.resume && lead) tg::nn::recover_training_checkpoint(a.out);
+      })) {
+    return failed;
+  }
+  std::unique_ptr<Session> s;
+  if (const int failed = on_every_rank([&] { s = load_session(a, paths); })) return failed;
+  // From here a rank that fails ends the job (dist::abort): the others may be in a collective.
+  try {
+    tg::nn::DistributedDataParallel ddp(*s->model);  // gradients averaged over the ranks
+    install_signal_handlers();
+    if (lead) {
+      print_header(a, s->data, s->cfg, *s->model, s->first, s->precision.name);
+      std::fflush(stdout);
+    }
+    if (const int stopped =
+            train(a, s->data, s->cfg, paths, *s->model, *s->opt, s->first, s->precision)) {
+      return stopped;
+    }
+    if (!lead) return 0;
+    if (g_signal) return 128 + g_signal;  // during the last step: its checkpoint is written
+    std::signal(SIGINT, SIG_DFL);         // the run is saved: the final evaluation stops at once
+    std::signal(SIGTERM, SIG_DFL);
+    print_results(a, s->data, *s->model);
+    return 0;
+  } catch (const std::exception& e) {
+    if (tg::dist::world_size() == 1) throw;
+    tg::dist::abort(std::string("error: ") + e.what(), 1);
+  }
 }
 
 // The flags, then the run; bad values and library errors end as cli::run says.
