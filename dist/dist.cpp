@@ -86,6 +86,9 @@ class Watchdog {
 struct State {
   std::unique_ptr<detail::Communicator> comm;  // null: a world of one
   Watchdog watchdog;
+  // One collective at a time in this process: MPI is initialised MPI_THREAD_SERIALIZED, and a
+  // gradient-reduction thread (nn::DistributedDataParallel) may call collectives too.
+  std::mutex collective;
   bool initialized = false;
 };
 
@@ -94,13 +97,16 @@ State& state() {
   return s;
 }
 
-// A collective in progress: under the watchdog's eye.
+// A collective in progress: this process's only one, under the watchdog's eye.
 class Guarded {
  public:
-  explicit Guarded(const char* what) { state().watchdog.arm(what); }
+  explicit Guarded(const char* what) : lock_(state().collective) { state().watchdog.arm(what); }
   ~Guarded() { state().watchdog.disarm(); }
   Guarded(const Guarded&) = delete;
   Guarded& operator=(const Guarded&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
 };
 
 // What every rank must agree on before a collective moves data: which collective, the dtype,
@@ -219,9 +225,17 @@ void all_reduce(Tensor& t, ReduceOp op) {
   agree(kOp, 1, dt, t.numel(), 0);
   if (t.numel() == 0) return;
   const DType wire = dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt;
+  const detail::HostReduce how =
+      op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum;
+  NoGradGuard ng;
+  if (t.device() == kCPU && t.is_contiguous() && dt == wire) {
+    // Already a host buffer in the wire's dtype: reduced where it lies (gradient buckets).
+    state().comm->all_reduce(t.raw_data(), t.numel(), wire, how);
+    if (op == ReduceOp::Mean) t.copy_(div(t, static_cast<double>(world_size())));
+    return;
+  }
   Tensor h = host_copy(t, wire);
-  state().comm->all_reduce(h.raw_data(), h.numel(), wire,
-                           op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum);
+  state().comm->all_reduce(h.raw_data(), h.numel(), wire, how);
   if (op == ReduceOp::Mean) h = div(h, static_cast<double>(world_size()));
   write_back(t, h);
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <stdexcept>
@@ -46,6 +47,15 @@ inline void finite_positive(double v, const char* flag) {
   if (!std::isfinite(v) || v <= 0) usage_error(flag, "must be a finite number above 0, got ", v);
 }
 
+// This process's rank under a launcher (mpirun, srun), from its environment; 0 without one.
+// Every rank parses the same flags: only rank 0 prints what parsing says.
+inline int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return 0;
+}
+
 // Parses argv into app, then runs body(); maps each way of failing to its line and status.
 template <class Body>
 int run(const char* program, CLI::App& app, int argc, char** argv, Body&& body) {
@@ -53,11 +63,11 @@ int run(const char* program, CLI::App& app, int argc, char** argv, Body&& body) 
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
+      return launcher_rank() == 0 ? app.exit(e) : 0;
     } catch (const CLI::CallForAllHelp& e) {
-      return app.exit(e);
+      return launcher_rank() == 0 ? app.exit(e) : 0;
     } catch (const CLI::ParseError& e) {
-      std::fprintf(stderr, "[%s] %s (see --help)\n", program, e.what());
+      if (launcher_rank() == 0) std::fprintf(stderr, "[%s] %s (see --help)\n", program, e.what());
       return 2;
     }
     return body();

@@ -115,6 +115,7 @@ void written_rows(std::vector<ErrorInput>& rows) {
   ROW("requires_grad_", "undefined", "undefined", U.requires_grad_());
   ROW("grad", "undefined", "undefined", U.grad());
   ROW("zero_grad", "undefined", "undefined", (U.zero_grad(), 0));
+  ROW("set_grad", "undefined", "undefined", (U.set_grad(f), 0));
   ROW("detach", "undefined", "undefined", U.detach());
   ROW("is_leaf", "undefined", "undefined", U.is_leaf());
   ROW("grad_fn", "undefined", "undefined", U.grad_fn());
@@ -174,6 +175,9 @@ void written_rows(std::vector<ErrorInput>& rows) {
   ROW("stride", "a dim out of range", "out of range", f.stride(2));
   ROW("requires_grad_", "an int64 tensor", "int64", Tensor(i.clone()).requires_grad_());
   ROW("requires_grad_", "off on a non-leaf", "non-leaf", mul(leaf, 2.0).requires_grad_(false));
+  ROW("set_grad", "a gradient of another shape", "must match", (leaf.set_grad(f), 0));
+  ROW("set_grad", "a gradient of another dtype", "must match",
+      (leaf.set_grad(ones({2}, kFloat64)), 0));
   ROW("data_ptr", "the wrong element type", "float32", f.data_ptr<double>());
   ROW("item", "more than one element", "one element", f.item<float>());
   ROW("backward", "a non-scalar output without a gradient", "scalar output",

@@ -245,3 +245,12 @@ TEST_CASE("post-accumulate-grad hooks: unused leaves, tg::grad, a leaf as the ou
   check_throws_with_prefix([] { queue_callback([] {}); }, "[queue_callback]",
                            "outside a backward pass");
 }
+
+TEST_CASE("set_grad makes a tensor the .grad, later backwards accumulate into it") {
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2}).requires_grad_();
+  x.set_grad(from_vector(std::vector<double>{10, 20}, {2}));
+  tg::sum(mul(x, 3.0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{13, 23});
+  x.set_grad(Tensor());
+  CHECK(!x.grad().defined());
+}
