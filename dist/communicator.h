@@ -16,7 +16,8 @@ struct Communicator {
   virtual int size() const = 0;
   virtual void barrier() = 0;
   // In place over `count` elements of dtype float32, float64, int64 or bool (bool: Max only).
-  virtual void all_reduce(void* data, int64_t count, DType dtype, HostReduce op) = 0;
+  // sleep: wait by testing for completion and sleeping in between, not by MPI's busy wait.
+  virtual void all_reduce(void* data, int64_t count, DType dtype, HostReduce op, bool sleep) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // recv (size() * bytes) receives every rank's `bytes` from send, in rank order.
   virtual void all_gather(const void* send, void* recv, int64_t bytes) = 0;

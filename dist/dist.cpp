@@ -111,11 +111,12 @@ class Guarded {
 
 // What every rank must agree on before a collective moves data: which collective, the dtype,
 // the element count and the root. Exchanged as its minimum and maximum over the ranks.
-void agree(const char* op, int64_t kind, DType dtype, int64_t numel, int64_t root) {
+void agree(const char* op, int64_t kind, DType dtype, int64_t numel, int64_t root,
+           Wait wait = Wait::Spin) {
   detail::Communicator& c = *state().comm;
   int64_t sig[8] = {kind, static_cast<int64_t>(dtype), numel, root};
   for (int i = 0; i < 4; ++i) sig[4 + i] = -sig[i];  // max of -x is -min of x
-  c.all_reduce(sig, 8, kInt64, detail::HostReduce::Max);
+  c.all_reduce(sig, 8, kInt64, detail::HostReduce::Max, wait == Wait::Sleep);
   if (sig[0] != -sig[4]) fail(op, "ranks called different collectives at the same point");
   TG_CHECK(sig[1] == -sig[5], op, "ranks disagree on the tensor's dtype (this rank: ", dtype, ")");
   TG_CHECK(sig[2] == -sig[6], op, "ranks disagree on the tensor's size: ", numel,
@@ -212,7 +213,7 @@ void barrier() {
   state().comm->barrier();
 }
 
-void all_reduce(Tensor& t, ReduceOp op) {
+void all_reduce(Tensor& t, ReduceOp op, Wait wait) {
   constexpr const char* kOp = "dist.all_reduce";
   check_initialized(kOp);
   check_writable(t, kOp);
@@ -222,7 +223,7 @@ void all_reduce(Tensor& t, ReduceOp op) {
            op == ReduceOp::Sum ? "Sum" : "Mean");
   if (!state().comm) return;  // a world of one: already the result
   Guarded g("all_reduce");
-  agree(kOp, 1, dt, t.numel(), 0);
+  agree(kOp, 1, dt, t.numel(), 0, wait);
   if (t.numel() == 0) return;
   const DType wire = dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt;
   const detail::HostReduce how =
@@ -230,12 +231,12 @@ void all_reduce(Tensor& t, ReduceOp op) {
   NoGradGuard ng;
   if (t.device() == kCPU && t.is_contiguous() && dt == wire) {
     // Already a host buffer in the wire's dtype: reduced where it lies (gradient buckets).
-    state().comm->all_reduce(t.raw_data(), t.numel(), wire, how);
+    state().comm->all_reduce(t.raw_data(), t.numel(), wire, how, wait == Wait::Sleep);
     if (op == ReduceOp::Mean) t.copy_(div(t, static_cast<double>(world_size())));
     return;
   }
   Tensor h = host_copy(t, wire);
-  state().comm->all_reduce(h.raw_data(), h.numel(), wire, how);
+  state().comm->all_reduce(h.raw_data(), h.numel(), wire, how, wait == Wait::Sleep);
   if (op == ReduceOp::Mean) h = div(h, static_cast<double>(world_size()));
   write_back(t, h);
 }

@@ -15,6 +15,12 @@ namespace tg::dist {
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max };
 
+// How a collective waits for the other ranks. Spin: MPI's own busy wait, the lowest latency.
+// Sleep: it tests for completion and sleeps between tests, leaving the core to other threads:
+// for a thread that reduces beside computation on the same cores, as the communication thread
+// of nn::DistributedDataParallel does.
+enum class Wait : uint8_t { Spin, Sleep };
+
 struct InitOptions {
   // Seconds one collective may wait for the other ranks before this process prints which
   // collective it was waiting in and ends the whole job (exit status 1; mpirun then stops the
@@ -39,7 +45,7 @@ void barrier();
 // In place, on every rank: t = op over the ranks of their t. Sum and Max take every dtype but
 // bool (Max takes bool: any); Mean takes floating dtypes. 16-bit tensors are reduced in float32
 // and rounded once. The result is the same on every rank, bitwise.
-void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, Wait wait = Wait::Spin);
 // In place: every rank's t becomes root's.
 void broadcast(Tensor& t, int root = 0);
 // Every rank's t, stacked in rank order along a new first dim: (world_size, ...t's shape).

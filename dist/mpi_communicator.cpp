@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -14,6 +16,8 @@ namespace {
 
 // MPI counts are int: longer buffers go in pieces of at most this many elements.
 constexpr int64_t kChunk = INT_MAX / 2;
+// How long a sleeping wait sleeps between tests (the kernel's timer slack adds ~50 us).
+constexpr std::chrono::microseconds kPoll{20};
 
 void check(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -69,14 +73,26 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
-  void all_reduce(void* data, int64_t count, DType dtype, HostReduce op) override {
+  void all_reduce(void* data, int64_t count, DType dtype, HostReduce op, bool sleep) override {
     const MPI_Datatype type = mpi_type(dtype);
     const MPI_Op mop = op == HostReduce::Max ? MPI_MAX : MPI_SUM;
     auto* bytes = static_cast<char*>(data);
     const int64_t size = static_cast<int64_t>(dtype_size(dtype));
     for (int64_t at = 0; at < count; at += kChunk) {
       const int n = static_cast<int>(std::min(kChunk, count - at));
-      check(MPI_Allreduce(MPI_IN_PLACE, bytes + at * size, n, type, mop, comm_), "MPI_Allreduce");
+      if (!sleep) {
+        check(MPI_Allreduce(MPI_IN_PLACE, bytes + at * size, n, type, mop, comm_), "MPI_Allreduce");
+        continue;
+      }
+      // The nonblocking form, tested until done; every test advances it.
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + at * size, n, type, mop, comm_, &request),
+            "MPI_Iallreduce");
+      for (int done = 0;;) {
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done) break;
+        std::this_thread::sleep_for(kPoll);
+      }
     }
   }
   void broadcast(void* data, int64_t bytes, int root) override {

@@ -71,7 +71,9 @@ class Reducer {
       std::exception_ptr error;
       if (!failed) {
         try {
-          dist::all_reduce(bucket, dist::ReduceOp::Sum);
+          // Sleeping while the other ranks catch up: a busy wait would take the core from
+          // the backward pass running beside this thread.
+          dist::all_reduce(bucket, dist::ReduceOp::Sum, dist::Wait::Sleep);
         } catch (...) {
           error = std::current_exception();
         }

@@ -1,0 +1,159 @@
+// Data-parallel training benchmark: the reference transformer of bench_train_step (global
+// batch 16 x 128) trained by every rank of the job on its shard, through
+// nn::DistributedDataParallel. Rank 0 prints the step time and samples/s, the gradient
+// reduction's time on the communication thread and the part backward's end waited for (the
+// part not hidden), and the all-reduce bandwidth of tg::dist against MPI_Allreduce itself on
+// the same bytes, whole and cut into the DDP's buckets.
+//
+//   bench_ddp [steps] [bucket_kb]                  (one process: the baseline)
+//   mpirun -np 2 bench_ddp [steps] [bucket_kb]     (OMP_NUM_THREADS=1 for 1 thread per rank)
+//
+// bench/ddp_scaling.sh runs both and prints the ratio.
+#include <tapegrad.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#ifdef TAPEGRAD_BENCH_MPI
+#include <mpi.h>
+#endif
+
+#include "bench_args.h"
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds of `reps` runs of f, all ranks starting together.
+template <class F>
+double timed(int reps, F&& f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps + 1; ++i) {
+    tg::dist::barrier();
+    const double a = now_s();
+    f();
+    if (i) t.push_back(now_s() - a);  // the first warms up
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench::guarded_main([&] {
+    tg::dist::init();
+    const bench::Args args = bench::parse_args("bench_ddp", argc, argv, 2, {"cpu"});
+    const int steps = args.number(0, "steps", 10), bucket_kb = args.number(1, "bucket_kb", 0);
+    const int rank = tg::dist::rank(), world = tg::dist::world_size();
+    const bool lead = rank == 0;
+    if (lead) bench::print_machine();
+    const tg::nn::TransformerConfig cfg{
+        .vocab = 256, .d_model = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768};
+    const int64_t batch = 16, seq = 128;
+    TG_CHECK(batch % world == 0, "bench_ddp", "the batch of ", batch, " does not split over ",
+             world, " ranks");
+    tg::nn::Transformer model(cfg, 1);
+    tg::nn::DistributedDataParallel ddp(model, {.bucket_bytes = int64_t{bucket_kb} << 10});
+    tg::nn::AdamW opt(model.named_parameters(), {3e-4, 0.9, 0.95, 1e-8, 0.1});
+    const int64_t params = model.parameter_count();
+    const double grad_mb = static_cast<double>(params) * 4 / 1e6;
+
+    std::vector<double> step_s, forward_s, backward_s, update_s, reduce_s, wait_s;
+    auto one_step = [&](int64_t step, bool record) {
+      tg::Generator data{7, static_cast<uint64_t>(step) << 32};
+      tg::Tensor t =
+          tg::mul(tg::rand({batch, seq + 1}, data, tg::kFloat64), 255.999).to(tg::kInt64);
+      const tg::nn::Batch shard =
+          tg::nn::shard({t.slice(1, 0, seq), t.slice(1, 1, seq + 1)}, rank, world);
+      tg::dist::barrier();  // every rank starts the step together
+      const double a = now_s();
+      opt.zero_grad();
+      tg::Tensor loss = tg::nn::lm_loss(model.forward(shard.inputs), shard.targets);
+      const double b = now_s();
+      loss.backward();  // the reduction ends inside it
+      const double c = now_s();
+      tg::nn::clip_grad_norm(model.parameters(), 1.0);
+      opt.step();
+      const double d = now_s();
+      if (!record) return;
+      step_s.push_back(d - a);
+      forward_s.push_back(b - a);
+      backward_s.push_back(c - b);
+      update_s.push_back(d - c);
+      reduce_s.push_back(ddp.last_reduction().reduce_s);
+      wait_s.push_back(ddp.last_reduction().wait_s);
+    };
+    for (int64_t s = 0; s < 2; ++s) one_step(s, false);  // the buckets settle after the first
+    for (int64_t s = 0; s < steps; ++s) one_step(2 + s, true);
+    const double step = median(step_s), reduce = median(reduce_s), wait = median(wait_s);
+    if (lead) {
+      std::printf(
+          "bench_ddp: %d ranks x %d threads, %lld parameters (%.1f MB of float32 gradients), "
+          "global batch %lld x %lld, %lld buckets\n",
+          world, tg::get_num_threads(), static_cast<long long>(params), grad_mb,
+          static_cast<long long>(batch), static_cast<long long>(seq),
+          static_cast<long long>(ddp.bucket_count()));
+      std::printf(
+          "step_ms\t%.2f\nsamples_per_s\t%.2f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
+          "clip_and_update_ms\t%.2f\t(the whole model on every rank)\n",
+          step * 1e3, static_cast<double>(batch) / step, median(forward_s) * 1e3,
+          median(backward_s) * 1e3, median(update_s) * 1e3);
+      if (world > 1) {
+        std::printf("reduce_ms\t%.2f\t(on the communication thread, %.1f%% of the step)\n",
+                    reduce * 1e3, 100 * reduce / step);
+        std::printf("exposed_ms\t%.2f\t(backward's end waiting for it)\nhidden_pct\t%.1f\n",
+                    wait * 1e3, 100 * std::max(0.0, 1 - wait / reduce));
+      }
+    }
+    if (world == 1) return 0;
+
+    // All-reduce bandwidth on the gradient's bytes: tg::dist (argument checks, the rank
+    // agreement exchange, in place) against MPI_Allreduce, whole and in DDP's bucket count.
+    const int64_t n = params;
+    tg::Tensor buf = tg::ones({n});
+    const int reps = 20;
+    const int64_t pieces = std::max<int64_t>(1, ddp.bucket_count());
+    std::vector<tg::Tensor> parts;
+    for (int64_t k = 0; k < pieces; ++k)
+      parts.push_back(tg::ones({n / pieces + (k < n % pieces ? 1 : 0)}));
+    const double ours = timed(reps, [&] { tg::dist::all_reduce(buf); });
+    const double ours_parts = timed(reps, [&] {
+      for (tg::Tensor& p : parts) tg::dist::all_reduce(p);
+    });
+    const double ours_sleep = timed(reps, [&] {
+      for (tg::Tensor& p : parts)
+        tg::dist::all_reduce(p, tg::dist::ReduceOp::Sum, tg::dist::Wait::Sleep);
+    });
+    if (lead) {
+      std::printf("allreduce_ms\ttg::dist\t%.3f\t%.2f GB/s\n", ours * 1e3, grad_mb / ours / 1e3);
+      std::printf("allreduce_ms\ttg::dist in %lld buckets\t%.3f\n", static_cast<long long>(pieces),
+                  ours_parts * 1e3);
+      std::printf("allreduce_ms\ttg::dist in %lld buckets, Wait::Sleep (DDP's)\t%.3f\n",
+                  static_cast<long long>(pieces), ours_sleep * 1e3);
+    }
+#ifdef TAPEGRAD_BENCH_MPI
+    std::vector<float> raw(static_cast<size_t>(n), 1.0f);
+    const double mpi = timed(reps, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, raw.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    });
+    if (lead) {
+      std::printf("allreduce_ms\tMPI_Allreduce\t%.3f\t%.2f GB/s\n", mpi * 1e3, grad_mb / mpi / 1e3);
+      std::printf("allreduce_ratio\ttg::dist / MPI\t%.3f\n", ours / mpi);
+      std::printf("allreduce_ratio\ttg::dist in buckets / MPI whole\t%.3f\n", ours_parts / mpi);
+      std::printf("allreduce_ratio\ttg::dist in buckets, Wait::Sleep / MPI whole\t%.3f\n",
+                  ours_sleep / mpi);
+    }
+#endif
+    return 0;
+  });
+}
