@@ -77,7 +77,10 @@ TEST_CASE("all_reduce in place through a strided view, and on a parameter under 
 TEST_CASE("all_reduce gives every rank the same bits") {
   Generator gen{1234 + static_cast<uint64_t>(R()), 0};
   Tensor x = randn({1000}, gen);
+  Tensor slept = x.clone();
   dist::all_reduce(x, dist::ReduceOp::Mean);
+  dist::all_reduce(slept, dist::ReduceOp::Mean, dist::Wait::Sleep);  // tests and sleeps instead
+  CHECK(std::memcmp(x.raw_data(), slept.raw_data(), 4000) == 0);
   Tensor all = dist::all_gather(x);
   REQUIRE(all.sizes() == Shape{W(), 1000});
   const std::vector<float> v = all.to_vector<float>();
