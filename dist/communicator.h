@@ -25,7 +25,11 @@ struct Communicator {
 };
 
 // The MPI engine (MPI_COMM_WORLD, initialised here unless the program did it); null in a build
-// without MPI.
+// without MPI, and for a process that no launcher started and that has not initialised MPI
+// itself (a world of one: starting MPI alone would cost time and, in Open MPI, a daemon).
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Whether a launcher (mpirun, mpiexec, srun) started this process, from its environment.
+bool started_by_launcher();
 
 }  // namespace tg::dist::detail

@@ -125,7 +125,7 @@ void agree(const char* op, int64_t kind, DType dtype, int64_t numel, int64_t roo
 }
 
 // The number of processes the launcher started, from its environment (Open MPI's mpirun,
-// MPICH's hydra); 1 when there is none.
+// MPICH's hydra, srun's PMI-2); 1 when there is none or it does not say (PMIx).
 int launched_world_size() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
@@ -169,6 +169,12 @@ void write_back(Tensor& t, const Tensor& host) {
 
 }  // namespace
 
+bool detail::started_by_launcher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
 void init(const InitOptions& options) {
   State& s = state();
   TG_CHECK(!s.initialized, "dist.init", "the process group is already initialized");
@@ -195,7 +201,7 @@ void init(const InitOptions& options) {
 }
 
 bool is_initialized() { return state().initialized; }
-const char* backend() { return available() ? "mpi" : "none"; }
+const char* backend() { return state().comm ? "mpi" : "none"; }
 bool available() {
 #ifdef TAPEGRAD_MPI
   return true;

@@ -32,7 +32,8 @@ struct InitOptions {
 // Call once, before any collective; a second call is an error. The group ends at exit.
 void init(const InitOptions& options = {});
 bool is_initialized();
-// The engine behind the collectives: "mpi", or "none" in a build without MPI.
+// The engine behind the collectives: "mpi", or "none" for a world of one without it (a build
+// without MPI, or a process that no launcher started: MPI is not started for it).
 const char* backend();
 // Whether this build has MPI (TAPEGRAD_MPI).
 bool available();

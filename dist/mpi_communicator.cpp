@@ -128,6 +128,9 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator() {
+  int ready = 0;
+  MPI_Initialized(&ready);
+  if (!ready && !started_by_launcher()) return nullptr;
   return std::make_unique<MpiCommunicator>();
 }
 

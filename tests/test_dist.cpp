@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <tapegrad.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -24,13 +25,19 @@ Tensor ramp(int64_t n, DType dtype, int rank) {
 
 std::vector<double> values(const Tensor& t) { return t.to(kFloat64).to_vector<double>(); }
 
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return tg::max(tg::abs(sub(a.to(kFloat64), b.to(kFloat64)))).item<double>();
+}
+
 }  // namespace
 
 TEST_CASE("the process group: rank, world size, engine") {
   CHECK(dist::is_initialized());
   CHECK(R() >= 0);
   CHECK(R() < W());
-  CHECK(std::strcmp(dist::backend(), dist::available() ? "mpi" : "none") == 0);
+  // MPI runs the group when the build has it and mpirun started this process.
+  const bool mpi = dist::available() && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  CHECK(std::strcmp(dist::backend(), mpi ? "mpi" : "none") == 0);
   CHECK_THROWS_WITH(dist::init(), "[dist.init] the process group is already initialized");
   dist::barrier();
 }
@@ -80,11 +87,13 @@ TEST_CASE("all_reduce gives every rank the same bits") {
   Tensor slept = x.clone();
   dist::all_reduce(x, dist::ReduceOp::Mean);
   dist::all_reduce(slept, dist::ReduceOp::Mean, dist::Wait::Sleep);  // tests and sleeps instead
-  CHECK(std::memcmp(x.raw_data(), slept.raw_data(), 4000) == 0);
-  Tensor all = dist::all_gather(x);
-  REQUIRE(all.sizes() == Shape{W(), 1000});
-  const std::vector<float> v = all.to_vector<float>();
-  for (int r = 1; r < W(); ++r) CHECK(std::memcmp(v.data(), v.data() + r * 1000, 4000) == 0);
+  CHECK(max_abs_diff(x, slept) <= 1e-6);  // MPI may order the sums its own way for each
+  for (const Tensor& t : {x, slept}) {
+    Tensor all = dist::all_gather(t);
+    REQUIRE(all.sizes() == Shape{W(), 1000});
+    const std::vector<float> v = all.to_vector<float>();
+    for (int r = 1; r < W(); ++r) CHECK(std::memcmp(v.data(), v.data() + r * 1000, 4000) == 0);
+  }
 }
 
 TEST_CASE("broadcast and all_gather") {
