@@ -128,7 +128,6 @@ struct DistributedDataParallel::Impl {
   size_t next_launch = 0;       // buckets are launched in index order on every rank
   size_t early = 0;             // of them, launched before backward ended
   std::vector<size_t> held;     // launched CUDA buckets, reduced when the pass ends
-  Clock::time_point pass_start;
 
   // Cut `order` into buckets of at most bucket_cap bytes and one dtype and device.
   void build_buckets(const std::vector<size_t>& order) {
@@ -208,7 +207,6 @@ struct DistributedDataParallel::Impl {
 
   void start_pass() {
     in_pass = true;
-    pass_start = Clock::now();
     auto token = std::make_shared<PassToken>(this);
     queue_callback([this, token] {
       token->finished = true;
