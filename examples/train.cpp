@@ -394,6 +394,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
                     " skipped: its float16 gradients overflowed; loss scale now " +
                     fmt("%g", precision.scaler.current_scale()));
     }
+    // Rank 0 alone checks (the loss is the same everywhere): its error ends the job.
     TG_CHECK(std::isfinite(done.loss), "train", "loss became ", done.loss, " at step ", step,
              " (try a lower --lr)");
     rows.push_back(std::to_string(step) + "," + fmt("%.6f", done.loss) + "," + fmt("%.6e", opt.lr));
