@@ -132,7 +132,7 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
   };
   std::unordered_map<TensorImpl*, HookedLeaf> hooked;
   detail::CallbackQueueScope callbacks;
-  if (!capture) {
+  if (!capture && detail::any_grad_hooks()) {
     for (Node* n : order)
       for (const Edge& e : n->next)
         if (e.leaf && detail::has_grad_hooks(*e.leaf)) ++hooked[e.leaf.get()].pending;

@@ -6,6 +6,7 @@
 namespace tg {
 namespace {
 std::atomic<uint64_t> g_next_id{1};
+std::atomic<int64_t> g_live_hooks{0};  // registered on a live leaf and not removed
 thread_local std::vector<std::function<void()>>* g_callbacks = nullptr;
 }  // namespace
 
@@ -23,9 +24,10 @@ void HookHandle::remove() {
   leaf_.reset();
   if (!leaf || !leaf->grad_hooks) return;
   auto& hooks = leaf->grad_hooks->hooks;
-  hooks.erase(
-      std::remove_if(hooks.begin(), hooks.end(), [this](const auto& h) { return h.first == id_; }),
-      hooks.end());
+  const auto gone =
+      std::remove_if(hooks.begin(), hooks.end(), [this](const auto& h) { return h.first == id_; });
+  g_live_hooks -= hooks.end() - gone;
+  hooks.erase(gone, hooks.end());
   if (hooks.empty()) leaf->grad_hooks.reset();
 }
 
@@ -40,6 +42,7 @@ HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulate
   if (!impl->grad_hooks) impl->grad_hooks = std::make_shared<GradHooks>();
   const uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   impl->grad_hooks->hooks.emplace_back(id, std::move(hook));
+  ++g_live_hooks;
   return HookHandle(leaf.impl_ptr(), id);
 }
 
@@ -49,6 +52,8 @@ void queue_callback(std::function<void()> fn) {
   TG_CHECK(static_cast<bool>(fn), "queue_callback", "argument 'fn' is empty");
   g_callbacks->push_back(std::move(fn));
 }
+
+GradHooks::~GradHooks() { g_live_hooks -= static_cast<int64_t>(hooks.size()); }
 
 namespace detail {
 
@@ -63,6 +68,8 @@ void CallbackQueueScope::run() {
   callbacks_.clear();
 }
 
+bool any_grad_hooks() { return g_live_hooks.load(std::memory_order_relaxed) > 0; }
+
 bool has_grad_hooks(const TensorImpl& leaf) {
   return leaf.grad_hooks && !leaf.grad_hooks->hooks.empty();
 }
@@ -70,9 +77,9 @@ bool has_grad_hooks(const TensorImpl& leaf) {
 void run_grad_hooks(const std::shared_ptr<TensorImpl>& leaf) {
   if (!has_grad_hooks(*leaf)) return;
   // A copy: a hook may remove itself (or others) while running.
-  const std::shared_ptr<GradHooks> hooks = std::make_shared<GradHooks>(*leaf->grad_hooks);
+  const auto hooks = leaf->grad_hooks->hooks;
   const Tensor t(leaf);
-  for (const auto& h : hooks->hooks) h.second(t);
+  for (const auto& h : hooks) h.second(t);
 }
 
 }  // namespace detail

@@ -15,8 +15,13 @@ namespace tg {
 
 using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
-// A leaf's hooks, in registration order (TensorImpl::grad_hooks).
+// A leaf's hooks, in registration order (TensorImpl::grad_hooks). Not copied: it keeps the
+// count of live hooks that lets backward skip the search for hooked leaves when there are none.
 struct GradHooks {
+  GradHooks() = default;
+  GradHooks(const GradHooks&) = delete;
+  GradHooks& operator=(const GradHooks&) = delete;
+  ~GradHooks();
   std::vector<std::pair<uint64_t, PostAccumulateGradHook>> hooks;
 };
 
@@ -63,6 +68,7 @@ class CallbackQueueScope {
   std::vector<std::function<void()>> callbacks_;
   std::vector<std::function<void()>>* prev_;
 };
+bool any_grad_hooks();  // on any leaf; none: backward skips the search for hooked leaves
 bool has_grad_hooks(const TensorImpl& leaf);
 void run_grad_hooks(const std::shared_ptr<TensorImpl>& leaf);
 }  // namespace detail

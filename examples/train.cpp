@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli_checks.h"
+#include "train_ranks.h"
 
 namespace fs = std::filesystem;
 using tg::nn::Metadata;
@@ -333,36 +334,6 @@ void install_fault_hook() {
   });
 }
 
-// Each rank's dropout masks: the step's generator with the rank in its key, so that the ranks
-// draw different masks (in a world of one, step_dropout_generator's own).
-tg::Generator rank_dropout_generator(uint64_t seed, int64_t step) {
-  tg::Generator g = tg::nn::step_dropout_generator(seed, step);
-  g.seed += static_cast<uint64_t>(tg::dist::rank()) * 0x9E3779B97F4A7C15ULL;
-  return g;
-}
-
-// What the ranks learn after each step, from every rank's loss and stop signal: the loss of
-// the global batch (the mean over the ranks, in rank order, so the same on every rank) and
-// whether any rank was told to stop (then all stop after the same step).
-struct StepOutcome {
-  double loss;
-  int signal;
-};
-
-StepOutcome gather_outcome(double loss) {
-  const int world = tg::dist::world_size();
-  if (world == 1) return {loss, static_cast<int>(g_signal)};
-  tg::Tensor mine = tg::from_vector(std::vector<double>{loss, static_cast<double>(g_signal)}, {2});
-  const std::vector<double> all = tg::dist::all_gather(mine).to_vector<double>();
-  StepOutcome out{0.0, 0};
-  for (int r = 0; r < world; ++r) {
-    out.loss += all[2 * r];
-    out.signal = std::max(out.signal, static_cast<int>(all[2 * r + 1]));
-  }
-  out.loss /= world;
-  return out;
-}
-
 // The steps from the optimizer's count to --steps: schedule, step, progress, evaluations and
 // checkpoints along the way, and the last checkpoint. Under several processes every rank
 // trains its shard of each batch; rank 0 alone reports, evaluates and writes checkpoints.
@@ -380,11 +351,13 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
   for (int64_t step = first; step < a.steps; ++step) {
     const tg::nn::Batch b = data.batch(a, step);
     opt.lr = schedule(step);
-    tg::Generator dropout = rank_dropout_generator(a.seed, step);
+    tg::Generator dropout = ranks::dropout_generator(a.seed, step);
     const int64_t skipped = precision.scaler.skipped_steps();
-    const StepOutcome done = gather_outcome(tg::nn::train_step(
-        model, opt, b, dropout,
-        {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()}));
+    const ranks::StepOutcome done = ranks::gather_outcome(
+        tg::nn::train_step(
+            model, opt, b, dropout,
+            {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()}),
+        static_cast<int>(g_signal));
     if (!lead) {
       if (done.signal && step + 1 < a.steps) return 128 + done.signal;
       continue;
@@ -488,41 +461,6 @@ std::unique_ptr<Session> load_session(const Args& a, const Paths& paths) {
   return s;
 }
 
-// Runs `part` on every rank. In a world of one its errors propagate as they are. Under several
-// processes a failure on any rank fails all of them alike, so that none is left waiting in a
-// collective for one that gave up: the lowest failing rank prints its message once and every
-// rank returns that rank's status (2 for a usage error, 1 otherwise). Returns 0 when all passed.
-template <class F>
-int on_every_rank(F&& part) {
-  const int world = tg::dist::world_size(), rank = tg::dist::rank();
-  if (world == 1) {
-    part();
-    return 0;
-  }
-  int64_t status = 0;
-  std::string message;
-  try {
-    part();
-  } catch (const cli::UsageError& e) {
-    status = 2;
-    message = e.what();
-  } catch (const std::exception& e) {
-    status = 1;
-    message = std::string("error: ") + e.what();
-  }
-  const std::vector<int64_t> all =
-      tg::dist::all_gather(tg::from_vector(std::vector<int64_t>{status}, {1})).to_vector<int64_t>();
-  for (int r = 0; r < world; ++r) {
-    if (all[r] == 0) continue;
-    if (r == rank) {
-      std::fprintf(stderr, "%s%s\n", rank ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
-                   message.c_str());
-    }
-    return static_cast<int>(all[r]);
-  }
-  return 0;
-}
-
 // Threads per process: --threads, else OMP_NUM_THREADS, else the cores shared among the
 // processes this machine runs (mpirun's local size), so that ranks do not oversubscribe it.
 void set_threads(const Args& a) {
@@ -540,7 +478,7 @@ int run(const Args& a) {
   tg::dist::init();  // every rank under mpirun or srun; else a world of one
   const bool lead = tg::dist::rank() == 0;
   const Paths paths(a.out);
-  if (const int failed = on_every_rank([&] {
+  if (const int failed = ranks::on_every_rank([&] {
         check_args(a);
         const int world = tg::dist::world_size();
         if (a.batch % world != 0) {
@@ -557,7 +495,7 @@ int run(const Args& a) {
     return failed;
   }
   std::unique_ptr<Session> s;
-  if (const int failed = on_every_rank([&] { s = load_session(a, paths); })) return failed;
+  if (const int failed = ranks::on_every_rank([&] { s = load_session(a, paths); })) return failed;
   // From here a rank that fails ends the job (dist::abort): the others may be in a collective.
   try {
     tg::nn::DistributedDataParallel ddp(*s->model);  // gradients averaged over the ranks

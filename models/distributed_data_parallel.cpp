@@ -113,6 +113,7 @@ struct Slot {
 
 struct DistributedDataParallel::Impl {
   std::vector<Tensor> params;
+  int64_t total_bytes = 0;  // of all the gradients
   int64_t bucket_cap = 0;
   std::vector<Bucket> buckets;
   std::vector<Slot> slots;  // per parameter
@@ -247,12 +248,9 @@ struct DistributedDataParallel::Impl {
     stats.reduce_s = reduce_s;
     stats.buckets = static_cast<int64_t>(buckets.size());
     stats.early_buckets = static_cast<int64_t>(early);
-    stats.bytes = 0;
+    stats.bytes = total_bytes;
     const double world = dist::world_size();
-    for (size_t i = 0; i < params.size(); ++i) {
-      params[i].set_grad(div(slice(i), world));
-      stats.bytes += params[i].numel() * static_cast<int64_t>(dtype_size(params[i].dtype()));
-    }
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(div(slice(i), world));
     if (!reordered) reorder_buckets();
     reset_pass();
   }
@@ -262,8 +260,10 @@ struct DistributedDataParallel::Impl {
   void reorder_buckets() {
     reordered = true;
     std::vector<size_t> order = arrival;
+    std::vector<char> arrived(params.size(), 0);
+    for (size_t i : arrival) arrived[i] = 1;
     for (size_t i = params.size(); i-- > 0;)
-      if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+      if (!arrived[i]) order.push_back(i);
     Tensor t = empty({static_cast<int64_t>(order.size())}, kInt64);
     for (size_t k = 0; k < order.size(); ++k)
       t.data_ptr<int64_t>()[k] = static_cast<int64_t>(order[k]);
@@ -305,11 +305,11 @@ DistributedDataParallel::DistributedDataParallel(Module& module,
     }
   }
   if (dist::world_size() == 1 || m.params.empty()) return;  // nothing to reduce
-  int64_t total = 0;
-  for (const Tensor& p : m.params) total += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+  for (const Tensor& p : m.params)
+    m.total_bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
   m.bucket_cap = options.bucket_bytes > 0
                      ? options.bucket_bytes
-                     : std::clamp<int64_t>(total / 8, int64_t{64} << 10, int64_t{25} << 20);
+                     : std::clamp<int64_t>(m.total_bytes / 8, int64_t{64} << 10, int64_t{25} << 20);
   // Until the first pass shows the tape's order: the reverse of registration, which is close
   // (the last layers' gradients are final first).
   std::vector<size_t> order(m.params.size());
