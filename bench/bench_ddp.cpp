@@ -5,15 +5,19 @@
 // part not hidden), and the all-reduce bandwidth of tg::dist against MPI_Allreduce itself on
 // the same bytes, whole and cut into the DDP's buckets.
 //
-//   bench_ddp [steps] [bucket_kb]                  (one process: the baseline)
-//   mpirun -np 2 bench_ddp [steps] [bucket_kb]     (OMP_NUM_THREADS=1 for 1 thread per rank)
+//   bench_ddp [steps] [bucket_kb] [reduce]                (one process: the baseline)
+//   mpirun -np 2 bench_ddp [steps] [bucket_kb] [reduce]   (OMP_NUM_THREADS=1: 1 thread a rank)
 //
-// bench/ddp_scaling.sh runs both and prints the ratio.
+// reduce 0 trains every rank's shard without DDP (no gradient crosses): the ceiling the
+// machine itself sets, the processes sharing its memory bandwidth and caches.
+// bench/ddp_scaling.sh runs all three and prints the ratios.
 #include <tapegrad.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <vector>
 
 #ifdef TAPEGRAD_BENCH_MPI
@@ -51,8 +55,9 @@ double timed(int reps, F&& f) {
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
     tg::dist::init();
-    const bench::Args args = bench::parse_args("bench_ddp", argc, argv, 2, {"cpu"});
+    const bench::Args args = bench::parse_args("bench_ddp", argc, argv, 3, {"cpu"});
     const int steps = args.number(0, "steps", 10), bucket_kb = args.number(1, "bucket_kb", 0);
+    const bool reduce_grads = args.number(2, "reduce", 1) != 0;
     const int rank = tg::dist::rank(), world = tg::dist::world_size();
     const bool lead = rank == 0;
     if (lead) bench::print_machine();
@@ -62,7 +67,8 @@ int main(int argc, char** argv) {
     TG_CHECK(batch % world == 0, "bench_ddp", "the batch of ", batch, " does not split over ",
              world, " ranks");
     tg::nn::Transformer model(cfg, 1);
-    tg::nn::DistributedDataParallel ddp(model, {.bucket_bytes = int64_t{bucket_kb} << 10});
+    std::optional<tg::nn::DistributedDataParallel> ddp;
+    if (reduce_grads) ddp.emplace(model, tg::nn::DistributedDataParallelOptions{.bucket_bytes = int64_t{bucket_kb} << 10});
     tg::nn::AdamW opt(model.named_parameters(), {3e-4, 0.9, 0.95, 1e-8, 0.1});
     const int64_t params = model.parameter_count();
     const double grad_mb = static_cast<double>(params) * 4 / 1e6;
@@ -89,8 +95,8 @@ int main(int argc, char** argv) {
       forward_s.push_back(b - a);
       backward_s.push_back(c - b);
       update_s.push_back(d - c);
-      reduce_s.push_back(ddp.last_reduction().reduce_s);
-      wait_s.push_back(ddp.last_reduction().wait_s);
+      reduce_s.push_back(ddp ? ddp->last_reduction().reduce_s : 0.0);
+      wait_s.push_back(ddp ? ddp->last_reduction().wait_s : 0.0);
     };
     for (int64_t s = 0; s < 2; ++s) one_step(s, false);  // the buckets settle after the first
     for (int64_t s = 0; s < steps; ++s) one_step(2 + s, true);
@@ -98,30 +104,31 @@ int main(int argc, char** argv) {
     if (lead) {
       std::printf(
           "bench_ddp: %d ranks x %d threads, %lld parameters (%.1f MB of float32 gradients), "
-          "global batch %lld x %lld, %lld buckets\n",
+          "global batch %lld x %lld, %s\n",
           world, tg::get_num_threads(), static_cast<long long>(params), grad_mb,
           static_cast<long long>(batch), static_cast<long long>(seq),
-          static_cast<long long>(ddp.bucket_count()));
+          ddp ? (std::to_string(ddp->bucket_count()) + " buckets").c_str()
+              : "no gradient reduction (every rank on its shard alone)");
       std::printf(
           "step_ms\t%.2f\nsamples_per_s\t%.2f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
           "clip_and_update_ms\t%.2f\t(the whole model on every rank)\n",
           step * 1e3, static_cast<double>(batch) / step, median(forward_s) * 1e3,
           median(backward_s) * 1e3, median(update_s) * 1e3);
-      if (world > 1) {
+      if (world > 1 && ddp) {
         std::printf("reduce_ms\t%.2f\t(on the communication thread, %.1f%% of the step)\n",
                     reduce * 1e3, 100 * reduce / step);
         std::printf("exposed_ms\t%.2f\t(backward's end waiting for it)\nhidden_pct\t%.1f\n",
                     wait * 1e3, 100 * std::max(0.0, 1 - wait / reduce));
       }
     }
-    if (world == 1) return 0;
+    if (world == 1 || !ddp) return 0;
 
     // All-reduce bandwidth on the gradient's bytes: tg::dist (argument checks, the rank
     // agreement exchange, in place) against MPI_Allreduce, whole and in DDP's bucket count.
     const int64_t n = params;
     tg::Tensor buf = tg::ones({n});
     const int reps = 20;
-    const int64_t pieces = std::max<int64_t>(1, ddp.bucket_count());
+    const int64_t pieces = std::max<int64_t>(1, ddp->bucket_count());
     std::vector<tg::Tensor> parts;
     for (int64_t k = 0; k < pieces; ++k)
       parts.push_back(tg::ones({n / pieces + (k < n % pieces ? 1 : 0)}));

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Data-parallel scaling on this machine: bench_ddp as 1 process x 1 thread, then as N processes
-# x 1 thread under mpirun; prints both reports and the samples/s ratio.
+# x 1 thread under mpirun, with DDP and without (every rank on its shard alone, no gradient
+# crossing: the ceiling the machine's shared memory and caches set); prints the reports and the
+# samples/s ratios.
 #   bench/ddp_scaling.sh <bench_ddp binary> [processes (2)] [steps (10)]
 set -eu
 bin=$1
@@ -12,7 +14,14 @@ if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told
 fi
 one=$("$bin" "$steps")
 many=$(mpirun --oversubscribe -np "$n" "$bin" "$steps")
-printf '%s\n\n%s\n\n' "$one" "$many"
-a=$(printf '%s\n' "$one" | awk '$1 == "samples_per_s" { print $2 }')
-b=$(printf '%s\n' "$many" | awk '$1 == "samples_per_s" { print $2 }')
-awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "scaling\t%d processes / 1\t%.2fx samples/s\n", n, b / a }'
+alone=$(mpirun --oversubscribe -np "$n" "$bin" "$steps" 0 0)
+printf '%s\n\n%s\n\n%s\n\n' "$one" "$many" "$alone"
+rate() { printf '%s\n' "$1" | awk '$1 == "samples_per_s" { print $2 }'; }
+a=$(rate "$one")
+b=$(rate "$many")
+c=$(rate "$alone")
+awk -v a="$a" -v b="$b" -v c="$c" -v n="$n" 'BEGIN {
+  printf "scaling\t%d processes / 1\t%.2fx samples/s\n", n, b / a
+  printf "ceiling\t%d processes without reduction / 1\t%.2fx samples/s\n", n, c / a
+  printf "ddp_efficiency\tDDP / without reduction\t%.1f%%\n", 100 * b / c
+}'
