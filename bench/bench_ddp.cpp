@@ -68,7 +68,9 @@ int main(int argc, char** argv) {
              world, " ranks");
     tg::nn::Transformer model(cfg, 1);
     std::optional<tg::nn::DistributedDataParallel> ddp;
-    if (reduce_grads) ddp.emplace(model, tg::nn::DistributedDataParallelOptions{.bucket_bytes = int64_t{bucket_kb} << 10});
+    if (reduce_grads)
+      ddp.emplace(model,
+                  tg::nn::DistributedDataParallelOptions{.bucket_bytes = int64_t{bucket_kb} << 10});
     tg::nn::AdamW opt(model.named_parameters(), {3e-4, 0.9, 0.95, 1e-8, 0.1});
     const int64_t params = model.parameter_count();
     const double grad_mb = static_cast<double>(params) * 4 / 1e6;
@@ -107,8 +109,9 @@ int main(int argc, char** argv) {
           "global batch %lld x %lld, %s\n",
           world, tg::get_num_threads(), static_cast<long long>(params), grad_mb,
           static_cast<long long>(batch), static_cast<long long>(seq),
-          ddp ? (std::to_string(ddp->bucket_count()) + " buckets").c_str()
-              : "no gradient reduction (every rank on its shard alone)");
+          world == 1 ? "a world of one (nothing to reduce)"
+          : ddp      ? (std::to_string(ddp->bucket_count()) + " buckets").c_str()
+                     : "no gradient reduction (every rank on its shard alone)");
       std::printf(
           "step_ms\t%.2f\nsamples_per_s\t%.2f\nforward_ms\t%.2f\nbackward_ms\t%.2f\n"
           "clip_and_update_ms\t%.2f\t(the whole model on every rank)\n",
