@@ -13,11 +13,17 @@ struct SdpaParams {
   // q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), any strides.
   View q, k, v;
   // out (B, Hq, Sq, Dv) any strides (tg::sdpa lays it out as (B, Sq, Hq, Dv)); stats
-  // (B, Hq, Sq) contiguous.
+  // (B, Hq, Sq, 1) any strides.
   View out, stats;
   // Optional (data == nullptr when absent): mask broadcast to (B, Hq, Sq, Skv) by its strides
   // (float: added; bool: true = attend); seq_len_q / seq_len_kv int64 (B).
   View mask, seq_len_q, seq_len_kv;
+  // The ragged layout (DESIGN §4), int64 (B + 1) offsets, both set or neither. Then every
+  // row view above (q, k, v, out, stats and the gradients) has stride 0 on its batch dim and
+  // sizes[2] = the longest sequence: sequence b's row i lies at row cu_seqlens[b] + i, and
+  // only its own rows exist (Sq, Skv above are the longest lengths; the mask, the score
+  // gradient and dropout's element index keep the padded (B, Hq, Sq, Skv) layout).
+  View cu_seqlens_q, cu_seqlens_kv;
   double scale = 1.0;
   double softcap = 0.0;
   bool causal = false;
@@ -34,9 +40,48 @@ struct SdpaParams {
   int64_t len_kv() const { return k.sizes[2]; }
   int64_t dim_qk() const { return q.sizes[3]; }
   int64_t dim_v() const { return v.sizes[3]; }
+  bool ragged() const { return cu_seqlens_q.data != nullptr; }
   // Shift from a query row to its aligned position: 0 (top-left) or Skv - Sq (bottom-right).
   int64_t align_shift() const { return bottom_right ? len_kv() - len_q() : 0; }
 };
+
+// Where sequence b of a batch lies and what it may see: its rows start at q0 / kv0 of the row
+// views, rows_q / rows_kv of them exist in memory, len_q / len_kv are not padding, and
+// shift turns its query rows into aligned positions. Dense: q0 = kv0 = 0, rows the full Sq /
+// Skv, lengths from seq_len_q / seq_len_kv, the tensors' shift; ragged: everything from the
+// sequence's own offsets, so bottom-right alignment and ALiBi use its own lengths.
+struct SdpaSequence {
+  int64_t q0, kv0, rows_q, rows_kv, len_q, len_kv, shift;
+};
+
+inline int64_t sdpa_index_at(const View& v, int64_t i) {
+  return static_cast<const int64_t*>(v.data)[i * v.strides[0]];
+}
+
+inline SdpaSequence sdpa_sequence(const SdpaParams& p, int64_t b) {
+  SdpaSequence s{};
+  if (p.ragged()) {
+    s.q0 = sdpa_index_at(p.cu_seqlens_q, b);
+    s.kv0 = sdpa_index_at(p.cu_seqlens_kv, b);
+    s.rows_q = s.len_q = sdpa_index_at(p.cu_seqlens_q, b + 1) - s.q0;
+    s.rows_kv = s.len_kv = sdpa_index_at(p.cu_seqlens_kv, b + 1) - s.kv0;
+    s.shift = p.bottom_right ? s.len_kv - s.len_q : 0;
+    return s;
+  }
+  s.rows_q = p.len_q();
+  s.rows_kv = p.len_kv();
+  s.len_q = p.seq_len_q.data ? sdpa_index_at(p.seq_len_q, b) : s.rows_q;
+  s.len_kv = p.seq_len_kv.data ? sdpa_index_at(p.seq_len_kv, b) : s.rows_kv;
+  s.shift = p.align_shift();
+  return s;
+}
+
+// The element of a (B, H, S, 1) stats view at (b, h, row).
+template <class T>
+inline T* sdpa_stats_at(const View& stats, int64_t b, int64_t h, int64_t row) {
+  return static_cast<T*>(stats.data) + b * stats.strides[0] + h * stats.strides[1] +
+         row * stats.strides[2];
+}
 
 // Gradients an SDPA backward writes: dq/dk/dv shaped like q/k/v, any strides; dscores
 // (B, Hq, Sq, Skv) contiguous when the float mask needs its gradient, else data == nullptr.

@@ -33,6 +33,7 @@ int64_t Tensor::stride(int64_t d) const {
 
 bool Tensor::is_contiguous() const {
   checked("is_contiguous");
+  if (numel() == 0) return true;  // no element to be out of place (PyTorch agrees)
   int64_t expected = 1;
   for (size_t i = sizes().size(); i-- > 0;) {
     if (sizes()[i] == 1) continue;

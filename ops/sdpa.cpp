@@ -15,10 +15,11 @@ namespace {
 
 constexpr const char* kOp = "sdpa";
 
-void check_input(const Tensor& t, const char* arg, const Tensor& q) {
+// rank 4: (B, H, S, D); 3: the ragged (T, H, D).
+void check_input(const Tensor& t, const char* arg, const Tensor& q, int64_t rank) {
   detail::check_defined(t, kOp, arg);
-  TG_CHECK(t.dim() == 4, kOp, "argument '", arg, "' must be 4-D (B, H, S, D), got shape ",
-           shape_str(t.sizes()));
+  TG_CHECK(t.dim() == rank, kOp, "argument '", arg, "' must be ",
+           rank == 4 ? "4-D (B, H, S, D)" : "3-D (T, H, D)", ", got shape ", shape_str(t.sizes()));
   if (&t != &q) {
     detail::check_same_dtype(q, t, kOp, arg);
     detail::check_same_device(q, t, kOp, arg);
@@ -47,20 +48,26 @@ bool float_mask(const SdpaOptions& o) { return o.mask && o.mask->dtype() != kBoo
 
 SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v,
                                const SdpaOptions& o) {
-  check_input(q, "q", q);
+  const std::optional<detail::SdpaRagged> ragged = detail::sdpa_ragged(q, k, v, o);
+  const int64_t rank = ragged ? 3 : 4;
+  check_input(q, "q", q, rank);
   detail::check_floating(q, kOp, "q");
-  check_input(k, "k", q);
-  check_input(v, "v", q);
-  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
-  const int64_t Hk = k.size(1), Skv = k.size(2);
-  TG_CHECK(k.size(0) == B && v.size(0) == B, kOp, "batch sizes differ: q ", shape_str(q.sizes()),
-           ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()));
+  check_input(k, "k", q, rank);
+  check_input(v, "v", q, rank);
+  // (B, H, S, D) or, ragged, (T, H, D) with B and the longest S from the offsets.
+  const int64_t B = ragged ? ragged->batch : q.size(0), Hq = q.size(1);
+  const int64_t Sq = ragged ? ragged->max_q : q.size(2), D = q.size(rank - 1);
+  const int64_t Hk = k.size(1), Skv = ragged ? ragged->max_kv : k.size(2);
+  TG_CHECK(ragged || (k.size(0) == B && v.size(0) == B), kOp, "batch sizes differ: q ",
+           shape_str(q.sizes()), ", k ", shape_str(k.sizes()), ", v ", shape_str(v.sizes()));
   TG_CHECK(Hk > 0 && Hq % Hk == 0, kOp, "query heads (", Hq,
            ") must be a multiple of key/value heads (", Hk, ")");
   TG_CHECK(v.size(1) == Hk, kOp, "argument 'v' has ", v.size(1), " heads, expected ", Hk,
            " like 'k'");
-  TG_CHECK(k.size(3) == D, kOp, "head dims of q and k differ: ", D, " vs ", k.size(3));
-  TG_CHECK(v.size(2) == Skv, kOp, "sequence lengths of k and v differ: ", Skv, " vs ", v.size(2));
+  TG_CHECK(k.size(rank - 1) == D, kOp, "head dims of q and k differ: ", D, " vs ",
+           k.size(rank - 1));
+  TG_CHECK(ragged || v.size(2) == Skv, kOp, "sequence lengths of k and v differ: ", Skv, " vs ",
+           v.size(2));
   TG_CHECK(o.dropout_p >= 0 && o.dropout_p < 1, kOp, "dropout_p must be in [0, 1), got ",
            o.dropout_p);
   TG_CHECK(o.window >= 0, kOp, "window must be >= 0, got ", o.window);
@@ -70,9 +77,17 @@ SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v
   check_lengths(o.seq_len_q, "seq_len_q", B, Sq, q);
   check_lengths(o.seq_len_kv, "seq_len_kv", B, Skv, q);
   SdpaParams p;
-  p.q = detail::view_of(q);
-  p.k = detail::view_of(k);
-  p.v = detail::view_of(v);
+  if (ragged) {
+    p.q = detail::ragged_rows(q, B, Sq);
+    p.k = detail::ragged_rows(k, B, Skv);
+    p.v = detail::ragged_rows(v, B, Skv);
+    p.cu_seqlens_q = detail::view_of(*o.cu_seqlens_q);
+    p.cu_seqlens_kv = detail::view_of(*o.cu_seqlens_kv);
+  } else {
+    p.q = detail::view_of(q);
+    p.k = detail::view_of(k);
+    p.v = detail::view_of(v);
+  }
   const Shape full{B, Hq, Sq, Skv};
   if (o.mask) {
     const Tensor& m = *o.mask;
@@ -100,9 +115,38 @@ SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v
   return p;
 }
 
+namespace {
+
+// The ragged layout runs on the CPU kernels alone for now.
+void check_ragged_device(const SdpaParams& p, const Tensor& q) {
+  TG_CHECK(!p.ragged() || q.device() == kCPU, kOp,
+           "the ragged layout (cu_seqlens_q/kv) runs on the CPU for now; q is on ", q.device());
+}
+
+// out, stats and the gradients as the kernels' row views: (B, H, S, D), or the ragged rows
+// of a packed (T, H, D) tensor.
+View row_view(const Tensor& t, const SdpaParams& p, bool query_rows) {
+  if (!p.ragged()) return detail::view_of(t);
+  return detail::ragged_rows(t, p.batch(), query_rows ? p.len_q() : p.len_kv());
+}
+
+}  // namespace
+
 SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                         const SdpaOptions& opts) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  check_ragged_device(p, q);
+  if (p.ragged()) {
+    const int64_t Tq = q.size(0), Hq = q.size(1), Dv = v.size(2);
+    const TensorOptions so = q.options().dtype(compute_dtype(q.dtype()));
+    if (Tq * Hq == 0 || k.size(0) == 0)  // no rows, or no keys anywhere
+      return {zeros({Tq, Hq, Dv}, q.options()), full({Tq, Hq, 1}, -INFINITY, so)};
+    Tensor out = empty({Tq, Hq, Dv}, q.options()), stats = empty({Tq, Hq, 1}, so);
+    p.out = row_view(out, p, true);
+    p.stats = row_view(stats, p, true);
+    detail::backend_of(q).sdpa_forward(p);
+    return {out, stats};
+  }
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
   // The kernel writes every row; with no rows or no keys there is nothing to run.
   if (B * Hq * Sq == 0 || k.size(2) == 0) {
@@ -124,8 +168,12 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& out, const Tensor& dout, const Tensor& stats,
                                      const SdpaOptions& opts, bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  const Shape out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
-  const Shape stats_shape{q.size(0), q.size(1), q.size(2), 1};
+  check_ragged_device(p, q);
+  const bool ragged = p.ragged();
+  const Shape out_shape = ragged ? Shape{q.size(0), q.size(1), v.size(2)}
+                                 : Shape{q.size(0), q.size(1), q.size(2), v.size(3)};
+  const Shape stats_shape =
+      ragged ? Shape{q.size(0), q.size(1), 1} : Shape{q.size(0), q.size(1), q.size(2), 1};
   for (auto [t, name, shape] :
        {std::tuple{&out, "out", out_shape}, std::tuple{&dout, "dout", out_shape},
         std::tuple{&stats, "stats", stats_shape}}) {
@@ -140,10 +188,10 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
              shape_str(t->sizes()), ", expected ", shape_str(shape));
   }
   Tensor st = stats.contiguous();
-  p.out = detail::view_of(out);
-  p.stats = detail::view_of(st);
+  p.out = row_view(out, p, true);
+  p.stats = row_view(st, p, true);
   // The kernel writes every element of dq, dk and dv when it runs at all.
-  const bool run = out.numel() && k.size(2);
+  const bool run = out.numel() && p.len_kv();
   auto alloc = [run](const Tensor& like) {
     return run ? empty(like.sizes(), like.options()) : zeros(like.sizes(), like.options());
   };
@@ -151,16 +199,17 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
   g.dq = alloc(q);
   g.dk = alloc(k);
   g.dv = alloc(v);
-  SdpaGradViews views{detail::view_of(g.dq), detail::view_of(g.dk), detail::view_of(g.dv), {}};
+  SdpaGradViews views{
+      row_view(g.dq, p, true), row_view(g.dk, p, false), row_view(g.dv, p, false), {}};
   Tensor dscores;
   if (want_dmask) {
     // Tiles the kernel skips stay zero. float32 for 16-bit q: summed over the mask's
     // broadcast dims before its one rounding.
-    dscores = zeros({q.size(0), q.size(1), q.size(2), k.size(2)},
+    dscores = zeros({p.batch(), p.heads_q(), p.len_q(), p.len_kv()},
                     q.options().dtype(compute_dtype(q.dtype())));
     views.dscores = detail::view_of(dscores);
   }
-  if (run) detail::backend_of(q).sdpa_backward(p, detail::view_of(dout), views);
+  if (run) detail::backend_of(q).sdpa_backward(p, row_view(dout, p, true), views);
   if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes()).to(q.dtype());
   return g;
 }
@@ -189,6 +238,9 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
     record(kOp, inputs, {&r.out},
            [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
              if (grad_enabled()) {  // create_graph: gradients that are differentiable
+               TG_CHECK(!saved.cu_seqlens_q, kOp,
+                        "create_graph through the ragged layout (cu_seqlens_q/kv) is not "
+                        "supported yet");
                return detail::sdpa_backward_differentiable(sq.unpack(kOp), sk.unpack(kOp),
                                                            sv.unpack(kOp), so.unpack(kOp), g[0],
                                                            ss.unpack(kOp), saved, mask_grad);

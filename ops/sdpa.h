@@ -1,5 +1,7 @@
 // Scaled-dot-product attention with softmax statistics and a hand-written backward
 // (DESIGN.md §4). q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), Hq % Hk == 0.
+// The ragged layout (cu_seqlens_q/kv given): q (Tq, Hq, Dqk), k (Tk, Hk, Dqk), v (Tk, Hk, Dv)
+// hold the B sequences back to back; out is (Tq, Hq, Dv) and stats (Tq, Hq, 1).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,16 +20,21 @@ struct SdpaOptions {
   std::optional<Tensor>
       mask;  // broadcastable to (B, Hq, Sq, Skv); float: added; bool: true = attend
   std::optional<Tensor> seq_len_q, seq_len_kv;  // int64 (B): rows/keys at or past them are padding
-  bool alibi = false;                           // adds -slope_h * |i_aligned - j|
-  double softcap = 0;                           // > 0: scores become c * tanh(s / c)
+  // The ragged layout: int64 (B + 1) offsets, 0 first, never decreasing, the rows of q (of k)
+  // last. Every rule applies per sequence with its own lengths (bottom-right alignment,
+  // ALiBi); the mask broadcasts to (B, Hq, max Sq, max Skv) and dropout indexes that padded
+  // layout. CPU only for now; create_graph through it is not supported yet.
+  std::optional<Tensor> cu_seqlens_q, cu_seqlens_kv;
+  bool alibi = false;  // adds -slope_h * |i_aligned - j|
+  double softcap = 0;  // > 0: scores become c * tanh(s / c)
   double dropout_p = 0;
   uint64_t seed = 0, offset = 0;  // dropout stream position (DESIGN.md §5)
 };
 
 struct SdpaResult {
-  Tensor out;    // (B, Hq, Sq, Dv)
-  // (B, Hq, Sq, 1): logsumexp of the masked scores, -inf for fully masked rows; float32 for
-  // bfloat16/float16 q (compute_dtype), else q's dtype.
+  Tensor out;  // (B, Hq, Sq, Dv); ragged: (Tq, Hq, Dv)
+  // (B, Hq, Sq, 1) (ragged: (Tq, Hq, 1)): logsumexp of the masked scores, -inf for fully masked
+  // rows; float32 for bfloat16/float16 q (compute_dtype), else q's dtype.
   Tensor stats;
 };
 

@@ -1,10 +1,32 @@
 // What sdpa, its reference and its double backward share: the argument checks, the score
 // pieces composed from ops, the differentiable backward.
 #pragma once
+#include <optional>
+#include <vector>
+
 #include "backends/sdpa_params.h"
 #include "ops/sdpa.h"
 
 namespace tg::detail {
+
+// The ragged layout of a call (DESIGN §4): the offsets, checked and on the host, the batch
+// and the longest sequences. nullopt when the options give no cu_seqlens (the dense layout);
+// "[sdpa] ..." errors for offsets or inputs that do not fit it.
+struct SdpaRagged {
+  std::vector<int64_t> cu_q, cu_kv;
+  int64_t batch = 0, max_q = 0, max_kv = 0;
+};
+std::optional<SdpaRagged> sdpa_ragged(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const SdpaOptions& o);
+// A packed (T, H, D) tensor as the kernels' (B, H, max, D) row view: batch stride 0, the
+// sequences' first rows given by the offsets (SdpaParams::cu_seqlens_q/kv).
+View ragged_rows(const Tensor& t, int64_t batch, int64_t max);
+// Each sequence's length, int64 (B) on `device`.
+Tensor sequence_lengths(const std::vector<int64_t>& cu, Device device);
+// Packed (T, H, D) -> padded (B, H, max, D) (padding rows are copies of row 0, to be masked)
+// and back: differentiable, for the reference.
+Tensor pad_sequences(const Tensor& t, const std::vector<int64_t>& cu, int64_t max);
+Tensor unpad_sequences(const Tensor& t, const std::vector<int64_t>& cu);
 
 // Validates q, k, v and the options ("[sdpa] ..." errors) and returns the kernel parameters
 // (out and stats views left empty).
@@ -16,8 +38,10 @@ SdpaParams sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v, const 
 struct SdpaScoreParts {
   Tensor raw, bias, allowed;
 };
+// `row_shift` (int64, (B, 1, 1, 1)), when given, replaces p.align_shift(): each sequence's own
+// shift (the ragged layout computed padded).
 SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOptions& opts,
-                                const SdpaParams& p);
+                                const SdpaParams& p, const Tensor& row_shift = Tensor());
 // The logsumexp of each row of masked scores (keepdim), NaN-free in value and gradient
 // when a row is fully masked: there it is 0 (so exp(-inf - lse) = 0) and nonempty is false.
 struct RowLogsumexp {

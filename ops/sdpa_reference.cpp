@@ -11,7 +11,7 @@ namespace tg {
 namespace detail {
 
 SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOptions& opts,
-                                const SdpaParams& p) {
+                                const SdpaParams& p, const Tensor& row_shift) {
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2);
   const TensorOptions idx = TensorOptions(kInt64).device(q.device());
@@ -20,7 +20,11 @@ SdpaScoreParts sdpa_score_parts(const Tensor& q, const Tensor& k, const SdpaOpti
   Tensor s = matmul(q.reshape({B, Hk, G, Sq, D}), k.unsqueeze(2).transpose(-1, -2));
   r.raw = mul(s.reshape({B, Hq, Sq, Skv}), p.scale);
 
-  Tensor i_aligned = add(arange(Sq, idx), static_cast<double>(p.align_shift())).reshape({Sq, 1});
+  // (Sq, 1), or (B, 1, Sq, 1) with a shift per sequence.
+  Tensor i_aligned =
+      row_shift.defined()
+          ? add(arange(Sq, idx).reshape({1, 1, Sq, 1}), row_shift)
+          : add(arange(Sq, idx), static_cast<double>(p.align_shift())).reshape({Sq, 1});
   Tensor j = arange(Skv, idx).reshape({1, Skv});
   if (p.alibi) {
     Tensor dist = abs(sub(i_aligned, j)).to(q.dtype());
@@ -60,18 +64,55 @@ Tensor sdpa_dropout_scale(const Tensor& q, int64_t Skv, const SdpaOptions& opts)
 
 }  // namespace detail
 
+namespace {
+
+SdpaResult dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const SdpaOptions& opts, const Tensor& row_shift);
+
+// The ragged layout computed padded: every sequence padded to the longest, its length as
+// seq_len_q/kv, its own alignment shift; the padded rows dropped again. The mask and dropout
+// already index the padded layout (DESIGN §4).
+SdpaResult ragged_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                            const SdpaOptions& opts, const detail::SdpaRagged& r) {
+  SdpaOptions o = opts;
+  o.cu_seqlens_q.reset();
+  o.cu_seqlens_kv.reset();
+  o.seq_len_q = detail::sequence_lengths(r.cu_q, q.device());
+  o.seq_len_kv = detail::sequence_lengths(r.cu_kv, q.device());
+  Tensor shift = zeros({r.batch, 1, 1, 1}, TensorOptions(kInt64).device(q.device()));
+  if (opts.causal_align == CausalAlign::BottomRight)
+    shift = sub(*o.seq_len_kv, *o.seq_len_q).reshape({r.batch, 1, 1, 1});
+  const SdpaResult d = dense_reference(detail::pad_sequences(q, r.cu_q, r.max_q),
+                                       detail::pad_sequences(k, r.cu_kv, r.max_kv),
+                                       detail::pad_sequences(v, r.cu_kv, r.max_kv), o, shift);
+  return {detail::unpad_sequences(d.out, r.cu_q), detail::unpad_sequences(d.stats, r.cu_q)};
+}
+
+}  // namespace
+
 SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                           const SdpaOptions& opts) {
+  if (std::optional<detail::SdpaRagged> r = detail::sdpa_ragged(q, k, v, opts)) {
+    detail::sdpa_params(q, k, v, opts);  // the checks
+    return ragged_reference(q, k, v, opts, *r);
+  }
+  return dense_reference(q, k, v, opts, Tensor());
+}
+
+namespace {
+
+SdpaResult dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const SdpaOptions& opts, const Tensor& row_shift) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
     SdpaOptions o = opts;
     if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
-    SdpaResult r = sdpa_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o);
+    SdpaResult r = dense_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o, row_shift);
     return {r.out.to(q.dtype()), r.stats};
   }
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
   const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
-  detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p);
+  detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p, row_shift);
   Tensor s = parts.raw;
   if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
   if (parts.bias.defined()) s = add(s, parts.bias);
@@ -84,5 +125,7 @@ SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor out = matmul(prob.reshape({B, Hk, G, Sq, Skv}), v.unsqueeze(2));
   return {out.reshape({B, Hq, Sq, Dv}), stats.detach()};
 }
+
+}  // namespace
 
 }  // namespace tg

@@ -62,6 +62,10 @@ TEST_CASE("views share storage with their base") {
   CHECK(t.sizes() == Shape{4, 3, 2});
   CHECK(t.strides() == Shape{1, 4, 12});
   CHECK(!t.is_contiguous());
+  // A view with no elements is contiguous whatever its strides, and views again.
+  Tensor empty_rows = x.slice(1, 1, 1).transpose(0, 2);
+  CHECK(empty_rows.is_contiguous());
+  CHECK(empty_rows.view({0}).numel() == 0);
   CHECK(t.impl()->storage == x.impl()->storage);
   Tensor p = x.permute({1, 2, 0});
   CHECK(p.sizes() == Shape{3, 4, 2});

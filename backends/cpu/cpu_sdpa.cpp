@@ -65,12 +65,15 @@ void forward_typed(const SdpaParams& p) {
   const int64_t skv_p = round_to_lanes<T>(Skv), dv_p = round_to_lanes<T>(Dv);
   const int64_t kt_size = Dqk * skv_p, v_size = Skv * dv_p;
   // K^T and V of every key/value head, packed once for all the query tiles that read them.
+  // Ragged: room for the longest sequence, each head filled with its own sequence's rows.
   Buffer<T> packed;
   T* kv = packed.get(B * Hk * (kt_size + v_size));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < B * Hk; ++t) {
-    load_transposed(p.k, t / Hk, t % Hk, kv + t * (kt_size + v_size), skv_p);
-    load_rows(p.v, t / Hk, t % Hk, 0, Skv, kv + t * (kt_size + v_size) + kt_size, dv_p);
+    const SdpaSequence seq = sdpa_sequence(p, t / Hk);
+    T* dst = kv + t * (kt_size + v_size);
+    load_transposed(p.k, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst, skv_p);
+    load_rows(p.v, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst + kt_size, dv_p);
   }
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
   const int64_t tasks = B * Hq * q_tiles;
@@ -85,33 +88,35 @@ void forward_typed(const SdpaParams& p) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq;
-      const int64_t i0 = (task % q_tiles) * kBr, rows = std::min(kBr, Sq - i0);
-      const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
+      const SdpaSequence seq = sdpa_sequence(p, b);
+      const int64_t i0 = (task % q_tiles) * kBr;
+      if (i0 >= seq.rows_q) continue;  // past a ragged sequence's end
+      const int64_t rows = std::min(kBr, seq.rows_q - i0);
       std::fill(m, m + rows, ninf);
       std::fill(l, l + rows, T(0));
       std::fill(acc, acc + rows * dv_p, T(0));
-      const KeyRange kr = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
-      load_rows(p.q, b, h, i0, rows, qt, Dqk);
+      const KeyRange kr = key_range(p, seq, i0, rows);
+      load_rows(p.q, b, h, seq.q0 + i0, rows, qt, Dqk);
       for (int64_t x = 0; x < rows * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
       const T* kt = kv + (b * Hk + h / G) * (kt_size + v_size);
       const T* vp = kt + kt_size;
       for (int64_t j0 = first_key<T>(kr.lo); j0 < kr.hi; j0 += kBc) {
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
         tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
-        finish_scores(p, s, kBc, b, h, i0, rows, j0, cols, len_q, len_kv, static_cast<T*>(nullptr));
+        finish_scores(p, seq, s, kBc, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
         online_softmax(s, kBc, rows, cols, cp, m, l, alpha);
         if (p.dropout_p > 0) apply_dropout(p, s, kBc, b, h, i0, rows, j0, cols);
         // O = alpha O + P V
         tile_gemm(rows, dv_p, cols, s, kBc, 1, vp + j0 * dv_p, dv_p, acc, dv_p, true, alpha);
       }
-      T* stats = static_cast<T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
+      T* stats = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
       for (int64_t r = 0; r < rows; ++r) {
         const bool any = l[r] > T(0);
-        stats[r] = any ? m[r] + std::log(l[r]) : ninf;
+        stats[r * p.stats.strides[2]] = any ? m[r] + std::log(l[r]) : ninf;
         const T inv = any ? T(1) / l[r] : T(0);
         for (int64_t c = 0; c < dv_p; ++c) acc[r * dv_p + c] *= inv;
       }
-      store_rows(p.out, b, h, i0, rows, acc, dv_p, T(1));
+      store_rows(p.out, b, h, seq.q0 + i0, rows, acc, dv_p, T(1));
     }
   }
 }
@@ -154,7 +159,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
 template <class T>
 void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
-  const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
   const int64_t dv_p = round_to_lanes<T>(Dv);
   const T scale = static_cast<T>(p.scale);
@@ -173,38 +178,37 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk; ++task) {
       const int64_t b = task / Hk, hk = task % Hk;
-      const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
+      const SdpaSequence seq = sdpa_sequence(p, b);
       // This head's K^T, K and V^T, packed once for every query tile; dK and dV accumulators.
       T* kt = head.get(Dqk * skv_p + Skv * dq_p + Dv * skv_p + Skv * dq_p + Skv * dv_p);
       T *kr = kt + Dqk * skv_p, *vt = kr + Skv * dq_p, *dk = vt + Dv * skv_p, *dv = dk + Skv * dq_p;
-      load_transposed(p.k, b, hk, kt, skv_p);
-      load_rows(p.k, b, hk, 0, Skv, kr, dq_p);
-      load_transposed(p.v, b, hk, vt, skv_p);
+      load_transposed(p.k, b, hk, seq.kv0, seq.rows_kv, kt, skv_p);
+      load_rows(p.k, b, hk, seq.kv0, seq.rows_kv, kr, dq_p);
+      load_transposed(p.v, b, hk, seq.kv0, seq.rows_kv, vt, skv_p);
       std::fill(dk, dk + Skv * (dq_p + dv_p), T(0));
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-        for (int64_t i0 = 0; i0 < Sq; i0 += kBr) {
-          const int64_t rows = std::min(kBr, Sq - i0);
+        for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
+          const int64_t rows = std::min(kBr, seq.rows_q - i0);
           std::fill(dq, dq + rows * dq_p, T(0));
-          const KeyRange range = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+          const KeyRange range = key_range(p, seq, i0, rows);
           if (range.lo < range.hi) {
-            load_rows(p.q, b, h, i0, rows, qs, dq_p);
+            load_rows(p.q, b, h, seq.q0 + i0, rows, qs, dq_p);
             for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= scale;  // dK needs no more scaling
-            load_rows(dout, b, h, i0, rows, dot, dv_p);
-            load_rows(p.out, b, h, i0, rows, ot, dv_p);
-            const T* st = static_cast<const T*>(p.stats.data) + (b * Hq + h) * Sq + i0;
+            load_rows(dout, b, h, seq.q0 + i0, rows, dot, dv_p);
+            load_rows(p.out, b, h, seq.q0 + i0, rows, ot, dv_p);
+            const T* st = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
             for (int64_t r = 0; r < rows; ++r) {
               V d{};
               for (int64_t c = 0; c < dv_p; c += W)
                 d += simd::load(dot + r * dv_p + c) * simd::load(ot + r * dv_p + c);
               dvec[r] = simd::reduce_sum(d);  // D = rowsum(dO * O)
-              lse[r] = st[r];
+              lse[r] = st[r * p.stats.strides[2]];
             }
           }
           for (int64_t j0 = first_key<T>(range.lo); j0 < range.hi; j0 += kBc) {
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
-            finish_scores(p, s, kBc, b, h, i0, rows, j0, cols, len_q, len_kv,
-                          p.softcap > 0 ? th : nullptr);
+            finish_scores(p, seq, s, kBc, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
             probabilities(s, kBc, rows, cols, cp, lse);  // P from the saved logsumexp
             const T* P = s;
             if (dropout) {
@@ -220,11 +224,11 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             tile_gemm(rows, dq_p, cols, dp, kBc, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
             tile_gemm(cols, dq_p, rows, dp, 1, kBc, qs, dq_p, dk + j0 * dq_p, dq_p, true);
           }
-          store_rows(g.dq, b, h, i0, rows, dq, dq_p, scale);
+          store_rows(g.dq, b, h, seq.q0 + i0, rows, dq, dq_p, scale);
         }
       }
-      store_rows(g.dk, b, hk, 0, Skv, dk, dq_p, T(1));
-      store_rows(g.dv, b, hk, 0, Skv, dv, dv_p, T(1));
+      store_rows(g.dk, b, hk, seq.kv0, seq.rows_kv, dk, dq_p, T(1));
+      store_rows(g.dv, b, hk, seq.kv0, seq.rows_kv, dv, dv_p, T(1));
     }
   }
 }

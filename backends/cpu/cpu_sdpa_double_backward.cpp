@@ -161,7 +161,7 @@ void sweep2_elementwise(const SdpaParams& p, const SdpaDoubleGradViews& g, const
 template <class T>
 void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
-  const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
   const int64_t dv_p = round_to_lanes<T>(Dv);
   const T scale = static_cast<T>(p.scale);
@@ -180,7 +180,8 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk; ++task) {
       const int64_t b = task / Hk, hk = task % Hk;
-      const int64_t len_q = seq_len(p.seq_len_q, b, Sq), len_kv = seq_len(p.seq_len_kv, b, Skv);
+      const SdpaSequence seq = sdpa_sequence(p, b);
+      const int64_t k0 = seq.kv0, kn = seq.rows_kv;
       // This head's K, its cotangent Bk, V and its cotangent C, packed once for every query
       // tile: transposed as the B operand of the score-shaped products, as rows for the
       // gradient products. Then the accumulators of ḡ(K) and ḡ(V).
@@ -188,32 +189,33 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
       T *bkt = kt + Dqk * skv_p, *vt = bkt + Dqk * skv_p, *ct = vt + Dv * skv_p;
       T *kr = ct + Dv * skv_p, *bkr = kr + Skv * dq_p, *gk = bkr + Skv * dq_p;
       T *vr = gk + Skv * dq_p, *cr = vr + Skv * dv_p, *gv = cr + Skv * dv_p;
-      load_transposed(p.k, b, hk, kt, skv_p);
-      load_transposed(g.dk_bar, b, hk, bkt, skv_p);
-      load_transposed(p.v, b, hk, vt, skv_p);
-      load_transposed(g.dv_bar, b, hk, ct, skv_p);
-      load_rows(p.k, b, hk, 0, Skv, kr, dq_p);
-      load_rows(g.dk_bar, b, hk, 0, Skv, bkr, dq_p);
-      load_rows(p.v, b, hk, 0, Skv, vr, dv_p);
-      load_rows(g.dv_bar, b, hk, 0, Skv, cr, dv_p);
+      load_transposed(p.k, b, hk, k0, kn, kt, skv_p);
+      load_transposed(g.dk_bar, b, hk, k0, kn, bkt, skv_p);
+      load_transposed(p.v, b, hk, k0, kn, vt, skv_p);
+      load_transposed(g.dv_bar, b, hk, k0, kn, ct, skv_p);
+      load_rows(p.k, b, hk, k0, kn, kr, dq_p);
+      load_rows(g.dk_bar, b, hk, k0, kn, bkr, dq_p);
+      load_rows(p.v, b, hk, k0, kn, vr, dv_p);
+      load_rows(g.dv_bar, b, hk, k0, kn, cr, dv_p);
       std::fill(gk, gk + Skv * dq_p, T(0));
       std::fill(gv, gv + Skv * dv_p, T(0));
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-        for (int64_t i0 = 0; i0 < Sq; i0 += kBr) {
-          const int64_t rows = std::min(kBr, Sq - i0);
+        for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
+          const int64_t rows = std::min(kBr, seq.rows_q - i0), q0 = seq.q0 + i0;
           std::fill(gq, gq + rows * dq_p, T(0));
           std::fill(gdo, gdo + rows * dv_p, T(0));
-          const KeyRange range = i0 < len_q ? key_range(p, i0, rows, len_kv) : KeyRange{};
+          const KeyRange range = key_range(p, seq, i0, rows);
           if (range.lo < range.hi) {
             // Q and A (the cotangent of dQ) pre-scaled: S = qs Kᵀ, G_raw = as Kᵀ + qs Bkᵀ.
-            load_rows(p.q, b, h, i0, rows, qs, dq_p);
-            load_rows(g.dq_bar, b, h, i0, rows, as, dq_p);
+            load_rows(p.q, b, h, q0, rows, qs, dq_p);
+            load_rows(g.dq_bar, b, h, q0, rows, as, dq_p);
             for (int64_t x = 0; x < rows * dq_p; ++x) {
               qs[x] *= scale;
               as[x] *= scale;
             }
-            load_rows(g.dout, b, h, i0, rows, dot, dv_p);
-            std::copy_n(static_cast<const T*>(p.stats.data) + (b * Hq + h) * Sq + i0, rows, st.lse);
+            load_rows(g.dout, b, h, q0, rows, dot, dv_p);
+            const T* lse = sdpa_stats_at<T>(p.stats, b, h, q0);
+            for (int64_t r = 0; r < rows; ++r) st.lse[r] = lse[r * p.stats.strides[2]];
             std::fill(st.D, st.D + 4 * kBr, T(0));  // D, R, U, PX
           }
           const int64_t j_first = first_key<T>(range.lo);
@@ -221,7 +223,7 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             T* s = c.P + j0;
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, skv_p, false);
-            finish_scores(p, s, skv_p, b, h, i0, rows, j0, cols, len_q, len_kv,
+            finish_scores(p, seq, s, skv_p, b, h, i0, rows, j0, cols,
                           softcap ? c.th + j0 : nullptr);
             probabilities(s, skv_p, rows, cols, cp, st.lse);
             tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, c.dP + j0, skv_p, false);
@@ -255,12 +257,12 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
             tile_gemm(rows, dv_p, cols, pd, skv_p, 1, cr + j0 * dv_p, dv_p, gdo, dv_p, true);
             tile_gemm(rows, dv_p, cols, gdp, skv_p, 1, vr + j0 * dv_p, dv_p, gdo, dv_p, true);
           }
-          store_rows(g.gq, b, h, i0, rows, gq, dq_p, scale);
-          store_rows(g.gdout, b, h, i0, rows, gdo, dv_p, T(1));
+          store_rows(g.gq, b, h, q0, rows, gq, dq_p, scale);
+          store_rows(g.gdout, b, h, q0, rows, gdo, dv_p, T(1));
         }
       }
-      store_rows(g.gk, b, hk, 0, Skv, gk, dq_p, T(1));
-      store_rows(g.gv, b, hk, 0, Skv, gv, dv_p, T(1));
+      store_rows(g.gk, b, hk, k0, kn, gk, dq_p, T(1));
+      store_rows(g.gv, b, hk, k0, kn, gv, dv_p, T(1));
     }
   }
 }

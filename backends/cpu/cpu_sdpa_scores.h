@@ -49,13 +49,14 @@ void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, 
   });
 }
 
-// The transpose of the whole (b, h) matrix of v (S x D) into dst (D x ld, ld >= S); columns
-// [S, ld) zeroed.
+// The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v into dst (D x ld,
+// ld >= rows); columns [rows, ld) zeroed.
 template <class T>
-void load_transposed(const View& v, int64_t b, int64_t h, T* dst, int64_t ld) {
-  const int64_t rows = v.sizes[2], width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                     int64_t ld) {
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
   with_elements<T>(v, [&](const auto* data) {
-    const auto* src = data + b * v.strides[0] + h * v.strides[1];
+    const auto* src = data + b * v.strides[0] + h * v.strides[1] + row0 * sr;
     for (int64_t c = 0; c < width; ++c) {
       T* d = dst + c * ld;
       for (int64_t r = 0; r < rows; ++r) d[r] = static_cast<T>(src[r * sr + c * sd]);
@@ -78,20 +79,15 @@ void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows,
   });
 }
 
-inline int64_t seq_len(const View& lens, int64_t b, int64_t full) {
-  if (!lens.data) return full;
-  return static_cast<const int64_t*>(lens.data)[b * lens.strides[0]];
-}
-
-// The keys [lo, hi) that causal, window and padding leave visible to any row of a query tile;
-// {0, 0} when there are none.
+// The keys [lo, hi) of sequence s that causal, window and padding leave visible to any row of
+// the query tile [i0, i0 + rows); {0, 0} when there are none (the tile is all padding).
 struct KeyRange {
   int64_t lo = 0, hi = 0;
 };
-inline KeyRange key_range(const SdpaParams& p, int64_t i0, int64_t rows, int64_t len_kv) {
-  const int64_t shift = p.align_shift();
+inline KeyRange key_range(const SdpaParams& p, const SdpaSequence& s, int64_t i0, int64_t rows) {
+  if (i0 >= s.len_q) return {};
   const IndexRange r =
-      sdpa_key_range(p.causal, p.window, i0 + shift, i0 + rows - 1 + shift, len_kv);
+      sdpa_key_range(p.causal, p.window, i0 + s.shift, i0 + rows - 1 + s.shift, s.len_kv);
   if (r.hi <= r.lo) return {};
   return {r.lo, r.hi};
 }
@@ -108,12 +104,11 @@ int64_t first_key(int64_t lo) {
 // When `tanh_out` is given it receives tanh(s / softcap) for the backward's chain rule (0 for
 // hidden keys).
 template <class T>
-void finish_scores(const SdpaParams& p, T* S, int64_t ld, int64_t b, int64_t h, int64_t i0,
-                   int64_t rows, int64_t j0, int64_t cols, int64_t len_q, int64_t len_kv,
-                   T* tanh_out) {
+void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t ld, int64_t b,
+                   int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* tanh_out) {
   const T cap = static_cast<T>(p.softcap);
   const T slope = p.alibi ? static_cast<T>(alibi_slope(h, p.heads_q())) : T(0);
-  const int64_t shift = p.align_shift();
+  const int64_t shift = seq.shift, len_q = seq.len_q, len_kv = seq.len_kv;
   const T ninf = -std::numeric_limits<T>::infinity();
   const bool float_mask = p.mask.data && p.mask.dtype != kBool;
   const bool bool_mask = p.mask.data && p.mask.dtype == kBool;

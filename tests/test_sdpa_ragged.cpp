@@ -1,0 +1,329 @@
+// SDPA's ragged layout (cu_seqlens_q/kv): the kernels against the reference (which computes it
+// padded and masked) and against each sequence attended alone, gradcheck through the tape,
+// and bad offsets.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace tg;
+using tgtest::check_throws_with_prefix;
+using tgtest::rnd;
+
+namespace {
+
+// max |got - want| / max(|want|), matching infinities equal.
+double rel_error(const Tensor& got, const Tensor& want) {
+  auto g = got.to(kFloat64).to_vector<double>(), w = want.to(kFloat64).to_vector<double>();
+  REQUIRE(g.size() == w.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isinf(w[i]) || std::isinf(g[i])) {
+      if (g[i] != w[i]) return INFINITY;
+      continue;
+    }
+    if (std::isnan(g[i]) || std::isnan(w[i])) return INFINITY;
+    scale = std::max(scale, std::abs(w[i]));
+    err = std::max(err, std::abs(g[i] - w[i]));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+std::vector<int64_t> offsets(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu{0};
+  for (int64_t n : lens) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+struct Config {
+  std::vector<int64_t> len_q, len_kv;
+  int64_t Hq = 1, Hk = 1, D = 4, Dv = 4;
+  SdpaOptions opts;
+  bool strided = false;
+  int mask_kind = 0;  // 0 none, 1 float, 2 bool
+  Shape mask_shape;
+  int64_t B() const { return static_cast<int64_t>(len_q.size()); }
+  int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
+  int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
+  std::string describe() const {
+    std::ostringstream os;
+    os << "len_q=" << shape_str(len_q) << " len_kv=" << shape_str(len_kv) << " Hq=" << Hq
+       << " Hk=" << Hk << " D=" << D << " Dv=" << Dv << " causal=" << opts.causal
+       << " br=" << (opts.causal_align == CausalAlign::BottomRight) << " window=" << opts.window
+       << " mask=" << mask_kind << shape_str(mask_shape) << " alibi=" << opts.alibi
+       << " softcap=" << opts.softcap << " p=" << opts.dropout_p << " strided=" << strided;
+    return os.str();
+  }
+};
+
+Config random_config(std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Config c;
+  const int64_t B = pick(1, 4);
+  const int64_t longest = coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
+  const bool self = coin(0.5);                   // self-attention: the same lengths
+  for (int64_t b = 0; b < B; ++b) {
+    c.len_q.push_back(pick(0, longest));
+    c.len_kv.push_back(self ? c.len_q.back() : pick(0, longest));
+  }
+  // At least one row and one key (no rows or no keys at all: the edge-case test below).
+  if (c.max_q() == 0) c.len_q.back() = 1;
+  if (c.max_kv() == 0) c.len_kv.front() = 1;
+  c.Hk = pick(1, 2);
+  c.Hq = c.Hk * pick(1, 3);
+  c.D = coin(0.5) ? 4 : 8;
+  c.Dv = coin(0.7) ? c.D : pick(3, 9);
+  c.strided = coin(0.3);
+  SdpaOptions& o = c.opts;
+  if (coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
+  o.causal = coin(0.5);
+  if (coin(0.5)) o.causal_align = CausalAlign::BottomRight;
+  if (coin(0.25)) o.window = pick(1, 6);
+  o.alibi = coin(0.3);
+  if (coin(0.25)) o.softcap = 2.0 + pick(0, 20) / 4.0;
+  if (coin(0.25)) {
+    o.dropout_p = coin(0.5) ? 0.2 : 0.5;
+    o.seed = static_cast<uint64_t>(pick(0, 1000));
+    o.offset = static_cast<uint64_t>(pick(0, 3)) * 4;
+  }
+  c.mask_kind = static_cast<int>(pick(0, 2));
+  if (c.mask_kind) {
+    const int64_t Sq = c.max_q(), Skv = c.max_kv();
+    const std::vector<Shape> shapes = {
+        {Sq, Skv}, {B, 1, Sq, Skv}, {1, c.Hq, Sq, Skv}, {B, c.Hq, Sq, Skv}, {B, 1, 1, Skv}};
+    c.mask_shape = shapes[pick(0, static_cast<int64_t>(shapes.size()) - 1)];
+  }
+  return c;
+}
+
+struct Inputs {
+  Tensor q, k, v, mask, dout, cu_q, cu_kv;
+};
+
+Inputs make_inputs(const Config& c, uint64_t seed) {
+  Inputs in;
+  auto make = [&](int64_t T, int64_t H, int64_t D, uint64_t s) {
+    if (!c.strided) return rnd({T, H, D}, s, -1.5, 1.5);
+    return rnd({H, T, D}, s, -1.5, 1.5).transpose(0, 1);  // heads outermost in memory
+  };
+  const std::vector<int64_t> cq = offsets(c.len_q), ckv = offsets(c.len_kv);
+  in.q = make(cq.back(), c.Hq, c.D, seed);
+  in.k = make(ckv.back(), c.Hk, c.D, seed + 1);
+  in.v = make(ckv.back(), c.Hk, c.Dv, seed + 2);
+  in.dout = rnd({cq.back(), c.Hq, c.Dv}, seed + 3);
+  in.cu_q = from_vector(cq, {c.B() + 1});
+  in.cu_kv = from_vector(ckv, {c.B() + 1});
+  if (c.mask_kind == 1) in.mask = rnd(c.mask_shape, seed + 4, -2, 2);
+  if (c.mask_kind == 2) in.mask = gt(rnd(c.mask_shape, seed + 5), -0.6);
+  return in;
+}
+
+// Sequence b's rows of a packed (T, H, D) tensor as the dense (1, H, L, D).
+Tensor sequence(const Tensor& t, const std::vector<int64_t>& cu, int64_t b) {
+  return t.slice(0, cu[b], cu[b + 1]).transpose(0, 1).unsqueeze(0);
+}
+
+}  // namespace
+
+TEST_CASE("ragged kernels agree with the padded, masked reference over random configurations") {
+  std::mt19937_64 rng(20261123);
+  const int configs = 250;
+  for (int n = 0; n < configs; ++n) {
+    const Config c = random_config(rng);
+    const Inputs in = make_inputs(c, 500 + 10 * n);
+    SdpaOptions o = c.opts;
+    o.cu_seqlens_q = in.cu_q;
+    o.cu_seqlens_kv = in.cu_kv;
+    if (c.mask_kind) o.mask = in.mask;
+    INFO("config " << n << ": " << c.describe());
+
+    // float64 kernels against the reference, forward and every gradient.
+    auto [out, stats] = sdpa_forward(in.q, in.k, in.v, o);
+    REQUIRE(out.sizes() == Shape{in.q.size(0), c.Hq, c.Dv});
+    REQUIRE(stats.sizes() == Shape{in.q.size(0), c.Hq, 1});
+    SdpaGrads g = sdpa_backward(in.q, in.k, in.v, out, in.dout, stats, o);
+    Tensor rq = in.q.detach().requires_grad_(), rk = in.k.detach().requires_grad_();
+    Tensor rv = in.v.detach().requires_grad_();
+    SdpaOptions ro = o;
+    std::vector<Tensor> wrt{rq, rk, rv};
+    if (c.mask_kind == 1) {
+      ro.mask = in.mask.detach().requires_grad_();
+      wrt.push_back(*ro.mask);
+    }
+    const SdpaResult ref = sdpa_reference(rq, rk, rv, ro);
+    const std::vector<Tensor> rg = grad({ref.out}, wrt, {in.dout});
+    CHECK(rel_error(out, ref.out) < 1e-12);
+    CHECK(rel_error(stats, ref.stats) < 1e-12);
+    CHECK(rel_error(g.dq, rg[0]) < 1e-12);
+    CHECK(rel_error(g.dk, rg[1]) < 1e-12);
+    CHECK(rel_error(g.dv, rg[2]) < 1e-12);
+    if (c.mask_kind == 1) CHECK(rel_error(g.dmask, rg[3]) < 1e-12);
+
+    // Each sequence attended alone by the dense kernel: the same rows (its own lengths give
+    // the alignment and ALiBi; dropout's padded index has no dense counterpart, so not then).
+    if (c.opts.dropout_p == 0) {
+      const std::vector<int64_t> cq = offsets(c.len_q), ckv = offsets(c.len_kv);
+      for (int64_t b = 0; b < c.B(); ++b) {
+        CAPTURE(b);
+        SdpaOptions d = c.opts;
+        if (c.mask_kind) {
+          const Tensor m =
+              in.mask.dim() == 4 ? in.mask : in.mask.reshape({1, 1, c.max_q(), c.max_kv()});
+          const Tensor mb = m.size(0) == 1 ? m : m.slice(0, b, b + 1);
+          d.mask = mb.slice(2, 0, std::min(mb.size(2), c.len_q[b]))
+                       .slice(3, 0, std::min(mb.size(3), c.len_kv[b]));
+        }
+        const SdpaResult alone =
+            sdpa_forward(sequence(in.q, cq, b), sequence(in.k, ckv, b), sequence(in.v, ckv, b), d);
+        CHECK(rel_error(sequence(out, cq, b), alone.out) < 1e-12);
+      }
+    }
+
+    // The float32 kernels against the float64 reference.
+    SdpaOptions o32 = o;
+    if (c.mask_kind == 1) o32.mask = in.mask.to(kFloat32);
+    const Tensor q32 = in.q.to(kFloat32), k32 = in.k.to(kFloat32), v32 = in.v.to(kFloat32);
+    auto [out32, stats32] = sdpa_forward(q32, k32, v32, o32);
+    SdpaGrads g32 = sdpa_backward(q32, k32, v32, out32, in.dout.to(kFloat32), stats32, o32);
+    CHECK(rel_error(out32, ref.out) < 1e-4);
+    CHECK(rel_error(stats32, ref.stats) < 1e-4);
+    CHECK(rel_error(g32.dq, rg[0]) < 1e-4);
+    CHECK(rel_error(g32.dk, rg[1]) < 1e-4);
+    CHECK(rel_error(g32.dv, rg[2]) < 1e-4);
+  }
+}
+
+TEST_CASE("ragged sdpa is differentiable through the tape: float64 gradcheck") {
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  // Three sequences: 3 x 4, empty x 2, 2 x 1 (rows x keys); GQA 2:1.
+  const Tensor cu_q = from_vector(std::vector<int64_t>{0, 3, 3, 5}, {4});
+  const Tensor cu_kv = from_vector(std::vector<int64_t>{0, 4, 6, 7}, {4});
+  Tensor q = rnd({5, 2, 4}, 1).requires_grad_(), k = rnd({7, 1, 4}, 2).requires_grad_();
+  Tensor v = rnd({7, 1, 3}, 3).requires_grad_(), m = rnd({3, 1, 3, 4}, 4).requires_grad_();
+  SUBCASE("causal bottom-right, ALiBi, softcap, a float mask with its gradient") {
+    Fn f = [&](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.cu_seqlens_q = cu_q;
+      o.cu_seqlens_kv = cu_kv;
+      o.causal = true;
+      o.causal_align = CausalAlign::BottomRight;
+      o.alibi = true;
+      o.softcap = 3.0;
+      o.mask = x[3];
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
+  }
+  SUBCASE("dropout at a fixed seed, a window, strided inputs") {
+    Tensor qs = rnd({2, 5, 4}, 5).transpose(0, 1).requires_grad_();
+    Fn f = [&](const std::vector<Tensor>& x) {
+      SdpaOptions o;
+      o.cu_seqlens_q = cu_q;
+      o.cu_seqlens_kv = cu_kv;
+      o.dropout_p = 0.3;
+      o.seed = 11;
+      o.window = 2;
+      o.causal = true;
+      return sdpa(x[0], x[1], x[2], o).out;
+    };
+    CHECK_GRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
+  }
+}
+
+TEST_CASE("ragged edge cases: no keys, no rows, all sequences empty") {
+  SdpaOptions o;
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 2, 3}, {3});
+  o.cu_seqlens_kv = from_vector(std::vector<int64_t>{0, 0, 0}, {3});
+  const Tensor q = rnd({3, 2, 4}, 1).requires_grad_();
+  const Tensor k = zeros({0, 1, 4}).to(kFloat64).requires_grad_();
+  const Tensor v = zeros({0, 1, 5}).to(kFloat64).requires_grad_();
+  auto [out, stats] = sdpa(q, k, v, o);
+  CHECK(out.sizes() == Shape{3, 2, 5});
+  CHECK(max(abs(out)).item<double>() == 0);
+  CHECK(std::isinf(max(stats).item<double>()));
+  sum(out).backward();
+  CHECK(max(abs(q.grad())).item<double>() == 0);
+  // Keys for one sequence only: the other's rows see nothing and stay 0.
+  o.cu_seqlens_kv = from_vector(std::vector<int64_t>{0, 0, 2}, {3});
+  const Tensor k2 = rnd({2, 1, 4}, 2), v2 = rnd({2, 1, 5}, 3);
+  auto r = sdpa_forward(q.detach(), k2, v2, o);
+  CHECK(max(abs(r.out.slice(0, 0, 2))).item<double>() == 0);
+  CHECK(max(abs(r.out.slice(0, 2, 3))).item<double>() > 0);
+  // No rows at all.
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 0, 0}, {3});
+  auto e = sdpa_forward(zeros({0, 2, 4}), k2.to(kFloat32), v2.to(kFloat32), o);
+  CHECK(e.out.sizes() == Shape{0, 2, 5});
+}
+
+TEST_CASE("bad ragged input gets an [sdpa] error") {
+  const Tensor q = ones({5, 2, 4}), k = ones({7, 1, 4}), v = ones({7, 1, 3});
+  auto with = [](std::vector<int64_t> cq, std::vector<int64_t> ckv) {
+    SdpaOptions o;
+    o.cu_seqlens_q = from_vector(cq, {static_cast<int64_t>(cq.size())});
+    o.cu_seqlens_kv = from_vector(ckv, {static_cast<int64_t>(ckv.size())});
+    return o;
+  };
+  const SdpaOptions good = with({0, 3, 5}, {0, 4, 7});
+  CHECK(sdpa(q, k, v, good).out.sizes() == Shape{5, 2, 3});
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, v, with({0, 3, 2, 5}, {0, 4, 4, 7}));
+      },
+      "[sdpa]", "must not decrease");
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, v, with({1, 3, 5}, {0, 4, 7}));
+      },
+      "[sdpa]", "must start at 0");
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, v, with({0, 3, 6}, {0, 4, 7}));
+      },
+      "[sdpa]", "must end at the 5 rows of 'q'");
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, v, with({0, 3, 5}, {0, 4, 9}));
+      },
+      "[sdpa]", "must end at the 7 rows of 'k'");
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, v, with({0, 5}, {0, 4, 7}));
+      },
+      "[sdpa]", "batch sizes differ");
+  SdpaOptions o = good;
+  o.cu_seqlens_q = ones({3});
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "int64");
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 5}, {1, 3});
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "1-D");
+  o = good;
+  o.cu_seqlens_kv.reset();
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "come together");
+  o = good;
+  o.seq_len_q = from_vector(std::vector<int64_t>{3, 2}, {2});
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "seq_len_q");
+  check_throws_with_prefix([&] { sdpa(ones({1, 2, 5, 4}), k, v, good); }, "[sdpa]", "3-D");
+  check_throws_with_prefix(
+      [&] {
+        sdpa(q, k, ones({6, 1, 3}), good);
+      },
+      "[sdpa]", "rows of k and v differ");
+  o = good;
+  o.mask = ones({3, 5});
+  check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "[2, 2, 3, 4]");
+  auto [out, stats] = sdpa_forward(q, k, v, good);
+  check_throws_with_prefix(
+      [&] {
+        sdpa_backward(q, k, v, out, ones({5, 2, 4}), stats, good);
+      },
+      "[sdpa_backward]", "'dout'");
+  // Second derivatives through the ragged layout are not there yet: a clear error.
+  Tensor qg = q.to(kFloat64).requires_grad_();
+  Tensor y = sum(sdpa(qg, k.to(kFloat64), v.to(kFloat64), good).out);
+  check_throws_with_prefix([&] { grad({y}, {qg}, {}, std::nullopt, true, true); }, "[sdpa]",
+                           "create_graph");
+}
