@@ -195,6 +195,25 @@ TEST_CASE("ragged kernels agree with the padded, masked reference over random co
     CHECK(rel_error(g32.dq, rg[0]) < 1e-4);
     CHECK(rel_error(g32.dk, rg[1]) < 1e-4);
     CHECK(rel_error(g32.dv, rg[2]) < 1e-4);
+
+    // bfloat16 and float16 (read and written in place by the float32 kernels) on every tenth:
+    // the output against the float64 reference on the same rounded inputs, to a rounding.
+    if (n % 10 == 0) {
+      for (DType h : {kBFloat16, kFloat16}) {
+        CAPTURE(h);
+        SdpaOptions oh = o;
+        if (c.mask_kind == 1) oh.mask = in.mask.to(h);
+        const Tensor qh = in.q.to(h), kh = in.k.to(h), vh = in.v.to(h);
+        const SdpaResult got = sdpa_forward(qh, kh, vh, oh);
+        SdpaOptions ow = o;
+        if (c.mask_kind == 1) ow.mask = oh.mask->to(kFloat64);
+        const SdpaResult want =
+            sdpa_reference(qh.to(kFloat64), kh.to(kFloat64), vh.to(kFloat64), ow);
+        CHECK(got.out.dtype() == h);
+        CHECK(rel_error(got.out, want.out) < (h == kBFloat16 ? 0x1p-8 : 0x1p-11) + 1e-4);
+        CHECK(rel_error(got.stats, want.stats) < 1e-4);
+      }
+    }
   }
 }
 
