@@ -66,8 +66,31 @@ Tensor sdpa_dropout_scale(const Tensor& q, int64_t Skv, const SdpaOptions& opts)
 
 namespace {
 
+// The (B, H, S, D) layout; row_shift as in sdpa_score_parts.
 SdpaResult dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const SdpaOptions& opts, const Tensor& row_shift);
+                           const SdpaOptions& opts, const Tensor& row_shift) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
+    SdpaOptions o = opts;
+    if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
+    SdpaResult r = dense_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o, row_shift);
+    return {r.out.to(q.dtype()), r.stats};
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
+  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
+  detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p, row_shift);
+  Tensor s = parts.raw;
+  if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
+  if (parts.bias.defined()) s = add(s, parts.bias);
+  s = where(parts.allowed, s, -INFINITY);
+
+  auto [lse, nonempty] = detail::sdpa_row_logsumexp(s);
+  Tensor stats = where(nonempty, lse, -INFINITY);
+  Tensor prob = exp(sub(s, lse));
+  if (p.dropout_p > 0) prob = mul(prob, detail::sdpa_dropout_scale(q, Skv, opts));
+  Tensor out = matmul(prob.reshape({B, Hk, G, Sq, Skv}), v.unsqueeze(2));
+  return {out.reshape({B, Hq, Sq, Dv}), stats.detach()};
+}
 
 // The ragged layout computed padded: every sequence padded to the longest, its length as
 // seq_len_q/kv, its own alignment shift; the padded rows dropped again. The mask and dropout
@@ -98,34 +121,5 @@ SdpaResult sdpa_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return dense_reference(q, k, v, opts, Tensor());
 }
-
-namespace {
-
-SdpaResult dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const SdpaOptions& opts, const Tensor& row_shift) {
-  SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  if (is_half(q.dtype())) {  // in float32, the output rounded once (the kernels' contract)
-    SdpaOptions o = opts;
-    if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat32);
-    SdpaResult r = dense_reference(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), o, row_shift);
-    return {r.out.to(q.dtype()), r.stats};
-  }
-  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
-  const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2), Dv = v.size(3);
-  detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p, row_shift);
-  Tensor s = parts.raw;
-  if (p.softcap > 0) s = mul(tanh(div(s, p.softcap)), p.softcap);
-  if (parts.bias.defined()) s = add(s, parts.bias);
-  s = where(parts.allowed, s, -INFINITY);
-
-  auto [lse, nonempty] = detail::sdpa_row_logsumexp(s);
-  Tensor stats = where(nonempty, lse, -INFINITY);
-  Tensor prob = exp(sub(s, lse));
-  if (p.dropout_p > 0) prob = mul(prob, detail::sdpa_dropout_scale(q, Skv, opts));
-  Tensor out = matmul(prob.reshape({B, Hk, G, Sq, Skv}), v.unsqueeze(2));
-  return {out.reshape({B, Hq, Sq, Dv}), stats.detach()};
-}
-
-}  // namespace
 
 }  // namespace tg
