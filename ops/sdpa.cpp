@@ -130,35 +130,34 @@ View row_view(const Tensor& t, const SdpaParams& p, bool query_rows) {
   return detail::ragged_rows(t, p.batch(), query_rows ? p.len_q() : p.len_kv());
 }
 
+// out's shape (last = Dv) and stats' (last = 1) in either layout: q's with another last dim.
+Shape rows_of_q(const Tensor& q, int64_t last) {
+  Shape s = q.sizes();
+  s.back() = last;
+  return s;
+}
+
 }  // namespace
 
 SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                         const SdpaOptions& opts) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   check_ragged_device(p, q);
-  if (p.ragged()) {
-    const int64_t Tq = q.size(0), Hq = q.size(1), Dv = v.size(2);
-    const TensorOptions so = q.options().dtype(compute_dtype(q.dtype()));
-    if (Tq * Hq == 0 || k.size(0) == 0)  // no rows, or no keys anywhere
-      return {zeros({Tq, Hq, Dv}, q.options()), full({Tq, Hq, 1}, -INFINITY, so)};
-    Tensor out = empty({Tq, Hq, Dv}, q.options()), stats = empty({Tq, Hq, 1}, so);
-    p.out = row_view(out, p, true);
-    p.stats = row_view(stats, p, true);
-    detail::backend_of(q).sdpa_forward(p);
-    return {out, stats};
-  }
-  const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2);
+  const Shape out_shape = rows_of_q(q, v.sizes().back()), stats_shape = rows_of_q(q, 1);
+  const TensorOptions so = q.options().dtype(compute_dtype(q.dtype()));
   // The kernel writes every row; with no rows or no keys there is nothing to run.
-  if (B * Hq * Sq == 0 || k.size(2) == 0) {
-    return {zeros({B, Hq, Sq, v.size(3)}, q.options()),
-            full({B, Hq, Sq, 1}, -INFINITY, q.options().dtype(compute_dtype(q.dtype())))};
-  }
-  // (B, Sq, Hq, Dv) in memory, as PyTorch's fused kernels return it: merging the heads
-  // afterwards (out.transpose(1, 2).reshape({B, Sq, Hq * Dv})) is then a view, not a copy.
-  Tensor out = empty({B, Sq, Hq, v.size(3)}, q.options()).transpose(1, 2);
-  Tensor stats = empty({B, Hq, Sq, 1}, q.options().dtype(compute_dtype(q.dtype())));
-  p.out = detail::view_of(out);
-  p.stats = detail::view_of(stats);
+  if (numel_of(stats_shape) == 0 || p.len_kv() == 0)
+    return {zeros(out_shape, q.options()), full(stats_shape, -INFINITY, so)};
+  // Rows, then heads, in memory, as PyTorch's fused kernels return it: (B, Sq, Hq, Dv) seen as
+  // (B, Hq, Sq, Dv), so that merging the heads afterwards
+  // (out.transpose(1, 2).reshape({B, Sq, Hq * Dv})) is a view, not a copy; ragged, (Tq, Hq, Dv).
+  Tensor out =
+      p.ragged()
+          ? empty(out_shape, q.options())
+          : empty({p.batch(), p.len_q(), p.heads_q(), p.dim_v()}, q.options()).transpose(1, 2);
+  Tensor stats = empty(stats_shape, so);
+  p.out = row_view(out, p, true);
+  p.stats = row_view(stats, p, true);
   detail::backend_of(q).sdpa_forward(p);
   return {out, stats};
 }
@@ -169,11 +168,7 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
                                      const SdpaOptions& opts, bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   check_ragged_device(p, q);
-  const bool ragged = p.ragged();
-  const Shape out_shape = ragged ? Shape{q.size(0), q.size(1), v.size(2)}
-                                 : Shape{q.size(0), q.size(1), q.size(2), v.size(3)};
-  const Shape stats_shape =
-      ragged ? Shape{q.size(0), q.size(1), 1} : Shape{q.size(0), q.size(1), q.size(2), 1};
+  const Shape out_shape = rows_of_q(q, v.sizes().back()), stats_shape = rows_of_q(q, 1);
   for (auto [t, name, shape] :
        {std::tuple{&out, "out", out_shape}, std::tuple{&dout, "dout", out_shape},
         std::tuple{&stats, "stats", stats_shape}}) {

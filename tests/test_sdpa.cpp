@@ -10,26 +10,10 @@
 
 using namespace tg;
 using tgtest::check_throws_with_prefix;
+using tgtest::rel_error;
 using tgtest::rnd;
 
 namespace {
-
-// max |got - want| / max(|want|), treating matching infinities as equal.
-double rel_error(const Tensor& got, const Tensor& want) {
-  auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  REQUIRE(g.size() == w.size());
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isinf(w[i]) || std::isinf(g[i])) {
-      if (g[i] != w[i]) return INFINITY;
-      continue;
-    }
-    if (std::isnan(g[i]) || std::isnan(w[i])) return INFINITY;
-    scale = std::max(scale, std::abs(w[i]));
-    err = std::max(err, std::abs(g[i] - w[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
 
 double max_abs(const Tensor& t) {
   double m = 0;

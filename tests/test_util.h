@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <tapegrad.h>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -35,6 +36,24 @@ inline std::vector<char> safetensors_bytes(const std::string& header,
   text += header;
   text.append(data.begin(), data.end());
   return std::vector<char>(text.begin(), text.end());
+}
+
+// max |got - want| / max(|want|) over the elements (as float64), matching infinities equal;
+// infinite when one is NaN or only one is infinite.
+inline double rel_error(const tg::Tensor& got, const tg::Tensor& want) {
+  auto g = got.to(tg::kFloat64).to_vector<double>(), w = want.to(tg::kFloat64).to_vector<double>();
+  REQUIRE(g.size() == w.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isinf(w[i]) || std::isinf(g[i])) {
+      if (g[i] != w[i]) return INFINITY;
+      continue;
+    }
+    if (std::isnan(g[i]) || std::isnan(w[i])) return INFINITY;
+    scale = std::max(scale, std::abs(w[i]));
+    err = std::max(err, std::abs(g[i] - w[i]));
+  }
+  return scale > 0 ? err / scale : err;
 }
 
 inline void check_close(const std::vector<double>& got, const std::vector<double>& want,
