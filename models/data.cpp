@@ -1,8 +1,10 @@
 #include "models/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "ops/factories.h"
 
@@ -85,6 +87,36 @@ class Add : public Task {
   int64_t n_;
 };
 
+// Every example of a size drawn uniformly from [1, n]: one task of each size.
+class RandomSize : public Task {
+ public:
+  explicit RandomSize(std::vector<std::unique_ptr<Task>> sizes) : sizes_(std::move(sizes)) {}
+  std::string name() const override { return sizes_.back()->name(); }
+  Example sample(std::mt19937_64& rng) const override {
+    return sizes_[static_cast<size_t>(below(rng, static_cast<int64_t>(sizes_.size())))]->sample(
+        rng);
+  }
+  int64_t prompt_len() const override { return sizes_.back()->prompt_len(); }
+  int64_t answer_len() const override { return sizes_.back()->answer_len(); }
+  bool fixed_length() const override { return false; }
+
+ private:
+  std::vector<std::unique_ptr<Task>> sizes_;
+};
+
+// Sequences drawn by `next` until the one after would take them past `tokens` tokens.
+template <class Next>
+std::vector<Sequence> fill(int64_t tokens, Next next) {
+  std::vector<Sequence> seqs;
+  int64_t used = 0;
+  for (;;) {
+    Sequence s = next();
+    used += static_cast<int64_t>(s.inputs.size());
+    if (used > tokens) return seqs;
+    seqs.push_back(std::move(s));
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> ByteTokenizer::encode(const std::string& text) {
@@ -102,34 +134,115 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) {
 
 std::vector<std::string> task_names() { return {"reverse", "sort", "add"}; }
 
-std::unique_ptr<Task> make_task(const std::string& name, int64_t size) {
+std::unique_ptr<Task> make_task(const std::string& name, int64_t size, bool random_sizes) {
   TG_CHECK(size >= 1 && size <= 64, "task", "argument 'size' must be in [1, 64], got ", size);
+  if (random_sizes) {
+    std::vector<std::unique_ptr<Task>> sizes;
+    for (int64_t n = 1; n <= size; ++n) sizes.push_back(make_task(name, n));
+    return std::make_unique<RandomSize>(std::move(sizes));
+  }
   if (name == "reverse") return std::make_unique<Reverse>(size);
   if (name == "sort") return std::make_unique<Sort>(size);
   if (name == "add") return std::make_unique<Add>(size);
   fail("task", "unknown task '", name, "', expected one of reverse, sort, add");
 }
 
+Sequence task_sequence(const Example& example) {
+  const std::vector<int64_t> ids = ByteTokenizer::encode(example.prompt + example.answer);
+  const size_t p = example.prompt.size();
+  Sequence s;
+  s.inputs.assign(ids.begin(), ids.end() - 1);
+  s.targets.assign(s.inputs.size(), -100);
+  for (size_t i = p - 1; i < s.inputs.size(); ++i) s.targets[i] = ids[i + 1];  // answers only
+  return s;
+}
+
+Batch pad(const std::vector<Sequence>& seqs, int64_t len) {
+  const int64_t rows = static_cast<int64_t>(seqs.size());
+  std::vector<int64_t> in(static_cast<size_t>(rows * len), 0), tgt(in.size(), -100);
+  for (int64_t b = 0; b < rows; ++b) {
+    const Sequence& s = seqs[static_cast<size_t>(b)];
+    TG_CHECK(static_cast<int64_t>(s.inputs.size()) <= len, "pad", "sequence ", b, " holds ",
+             s.inputs.size(), " tokens, more than the length ", len);
+    std::copy(s.inputs.begin(), s.inputs.end(), in.begin() + b * len);
+    std::copy(s.targets.begin(), s.targets.end(), tgt.begin() + b * len);
+  }
+  return {from_vector(in, {rows, len}), from_vector(tgt, {rows, len})};
+}
+
+Batch pack(const std::vector<Sequence>& seqs) {
+  std::vector<int64_t> in, tgt, cu{0};
+  for (const Sequence& s : seqs) {
+    in.insert(in.end(), s.inputs.begin(), s.inputs.end());
+    tgt.insert(tgt.end(), s.targets.begin(), s.targets.end());
+    cu.push_back(static_cast<int64_t>(in.size()));
+  }
+  const int64_t t = static_cast<int64_t>(in.size());
+  return {from_vector(in, {t}), from_vector(tgt, {t}),
+          from_vector(cu, {static_cast<int64_t>(cu.size())})};
+}
+
 Batch task_batch(const Task& task, int64_t batch, uint64_t seed, int64_t step) {
   TG_CHECK(batch > 0, "task", "argument 'batch' must be positive, got ", batch);
   std::mt19937_64 rng = rng_for(seed, step, 0);
-  const int64_t t = task.seq_len(), p = task.prompt_len();
-  std::vector<int64_t> in(static_cast<size_t>(batch * t)), tgt(in.size(), -100);
-  for (int64_t b = 0; b < batch; ++b) {
-    Example e = task.sample(rng);
-    std::vector<int64_t> ids = ByteTokenizer::encode(e.prompt + e.answer);
-    for (int64_t i = 0; i < t; ++i) {
-      in[b * t + i] = ids[i];
-      if (i + 1 >= p) tgt[b * t + i] = ids[i + 1];  // predict answer tokens only
-    }
-  }
-  return {from_vector(in, {batch, t}), from_vector(tgt, {batch, t})};
+  std::vector<Sequence> seqs;
+  for (int64_t b = 0; b < batch; ++b) seqs.push_back(task_sequence(task.sample(rng)));
+  return pad(seqs, task.seq_len());
 }
+
+Batch task_packed_batch(const Task& task, int64_t tokens, uint64_t seed, int64_t step) {
+  TG_CHECK(tokens >= task.seq_len(), "task", "argument 'tokens' (", tokens,
+           ") must hold the task's longest sequence, ", task.seq_len(), " tokens");
+  std::mt19937_64 rng = rng_for(seed, step, 0);
+  return pack(fill(tokens, [&] { return task_sequence(task.sample(rng)); }));
+}
+
+namespace {
+
+// Sequences [first, last) of a packed batch, offsets rebased to 0.
+Batch packed_sequences(const Batch& batch, const std::vector<int64_t>& cu, int64_t first,
+                       int64_t last) {
+  std::vector<int64_t> sub;
+  for (int64_t b = first; b <= last; ++b) sub.push_back(cu[b] - cu[first]);
+  const int64_t t0 = cu[first], t = cu[last] - t0;
+  return {batch.inputs.narrow(0, t0, t).contiguous(), batch.targets.narrow(0, t0, t).contiguous(),
+          from_vector(sub, {static_cast<int64_t>(sub.size())})};
+}
+
+// Where rank r's run of sequences begins, r in [0, count]: the offset nearest r / count of the
+// tokens, at least one sequence after the previous rank's start and leaving one for each later
+// rank.
+std::vector<int64_t> even_cuts(const std::vector<int64_t>& cu, int64_t count) {
+  const int64_t seqs = static_cast<int64_t>(cu.size()) - 1;
+  std::vector<int64_t> cuts{0};
+  for (int64_t r = 1; r < count; ++r) {
+    const double goal = static_cast<double>(cu.back()) * static_cast<double>(r) / count;
+    int64_t best = cuts.back() + 1;
+    for (int64_t b = best; b <= seqs - (count - r); ++b) {
+      if (std::abs(static_cast<double>(cu[b]) - goal) <
+          std::abs(static_cast<double>(cu[best]) - goal))
+        best = b;
+    }
+    cuts.push_back(best);
+  }
+  cuts.push_back(seqs);
+  return cuts;
+}
+
+}  // namespace
 
 Batch shard(const Batch& batch, int64_t index, int64_t count) {
   TG_CHECK(count > 0, "shard", "argument 'count' must be positive, got ", count);
   TG_CHECK(index >= 0 && index < count, "shard", "argument 'index' must be in [0, ", count,
            "), got ", index);
+  if (batch.packed()) {
+    const std::vector<int64_t> cu = batch.cu_seqlens.to_vector<int64_t>();
+    TG_CHECK(static_cast<int64_t>(cu.size()) - 1 >= count, "shard", "a packed batch of ",
+             cu.size() - 1, " sequences does not split over ", count,
+             " ranks: give each rank at least one sequence (a larger token budget)");
+    const std::vector<int64_t> cuts = even_cuts(cu, count);
+    return packed_sequences(batch, cu, cuts[index], cuts[index + 1]);
+  }
   const int64_t rows = batch.inputs.size(0);
   TG_CHECK(rows % count == 0, "shard", "a batch of ", rows, " rows does not split over ", count,
            " ranks: make the batch a multiple of the world size");
@@ -150,6 +263,16 @@ TextDataset::TextDataset(const std::string& path) : path_(path) {
   TG_CHECK(in.good(), "text", "cannot open '", path, "': no such file or not readable");
   text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   split_ = text_.size() * 9 / 10;
+  // The lines of each split (a line across the split point is cut there).
+  for (size_t at = 0; at < text_.size();) {
+    const size_t nl = text_.find('\n', at);
+    const size_t end = nl == std::string::npos ? text_.size() : nl + 1;
+    for (auto [lo, hi, part] :
+         {std::tuple{at, std::min(end, split_), 0}, std::tuple{std::max(at, split_), end, 1}}) {
+      if (hi >= lo + 2) lines_[part].push_back({lo, hi - lo});
+    }
+    at = end;
+  }
 }
 
 Batch TextDataset::batch(int64_t batch, int64_t seq_len, uint64_t seed, int64_t step,
@@ -171,6 +294,26 @@ Batch TextDataset::batch(int64_t batch, int64_t seq_len, uint64_t seed, int64_t 
     }
   }
   return {from_vector(in, {batch, seq_len}), from_vector(tgt, {batch, seq_len})};
+}
+
+Batch TextDataset::packed_batch(int64_t tokens, int64_t max_len, uint64_t seed, int64_t step,
+                                bool validation) const {
+  TG_CHECK(max_len > 0 && tokens >= max_len, "text", "max_len must be positive and tokens at least",
+           " max_len, got ", max_len, " and ", tokens);
+  const std::vector<Line>& lines = lines_[validation ? 1 : 0];
+  TG_CHECK(!lines.empty(), "text", "'", path_, "' has no line of 2 or more bytes in its ",
+           validation ? "validation" : "training", " text (the last 10% is validation)");
+  std::mt19937_64 rng = rng_for(seed, step, validation ? 2 : 3);
+  return pack(fill(tokens, [&] {
+    const Line& l = lines[static_cast<size_t>(below(rng, static_cast<int64_t>(lines.size())))];
+    const size_t n = std::min(l.size, static_cast<size_t>(max_len) + 1);
+    Sequence s;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      s.inputs.push_back(static_cast<unsigned char>(text_[l.start + i]));
+      s.targets.push_back(static_cast<unsigned char>(text_[l.start + i + 1]));
+    }
+    return s;
+  }));
 }
 
 }  // namespace tg::nn

@@ -35,7 +35,10 @@ double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Genera
   return train_step(
       model, opt,
       [&] {
-        return lm_loss(model.forward(batch.inputs.to(device), dropout), batch.targets.to(device));
+        const Tensor ids = batch.inputs.to(device);
+        return lm_loss(batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout)
+                                      : model.forward(ids, dropout),
+                       batch.targets.to(device));
       },
       opts);
 }

@@ -27,8 +27,9 @@ struct StepOptions {
 double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& loss,
                   const StepOptions& opts = {});
 
-// The language model's step: lm_loss of model.forward(batch.inputs) against batch.targets, both
-// moved to the model's device. `dropout` feeds attention dropout.
+// The language model's step: lm_loss of model.forward(batch.inputs) (packed batches: with
+// batch.cu_seqlens) against batch.targets, moved to the model's device. `dropout` feeds
+// attention dropout.
 double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Generator& dropout,
                   const StepOptions& opts = {});
 

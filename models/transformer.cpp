@@ -1,5 +1,6 @@
 #include "models/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -88,6 +89,33 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, LayerCache* cache
   return wo_->forward(o.transpose(1, 2).reshape({b, s, cfg_.heads * dh}));
 }
 
+Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& packing) const {
+  TG_CHECK(x.dim() == 2 && x.size(1) == cfg_.d_model, "Attention",
+           "argument 'x' of a packed batch must be (tokens, ", cfg_.d_model, "), got ",
+           shape_str(x.sizes()));
+  const int64_t t = x.size(0), dh = cfg_.head_dim(), hq = cfg_.heads, hk = cfg_.kv_heads;
+  RopeOptions ro;
+  ro.theta = cfg_.rope_theta;
+  ro.seq_dim = 0;  // (T, H, D)
+  ro.positions = packing.positions;
+  // (T, H, D) is sdpa's ragged layout: the heads of the packed projection go in as views.
+  std::vector<Tensor> qkv = split(wqkv_->forward(x).view({t, hq + 2 * hk, dh}), {hq, hk, hk}, 1);
+  SdpaOptions so;
+  so.causal = true;  // bottom-right per sequence; q and k have the same lengths: top-left too
+  so.cu_seqlens_q = packing.cu_seqlens;
+  so.cu_seqlens_kv = packing.cu_seqlens;
+  if (is_training() && cfg_.attn_dropout > 0) {
+    // The padded layout's element count (DESIGN §5): a packed batch drops what the same
+    // batch padded to its longest sequence would.
+    so.dropout_p = cfg_.attn_dropout;
+    so.seed = dropout.seed;
+    so.offset = dropout.take(
+        static_cast<uint64_t>(packing.sequences() * hq * packing.max_len * packing.max_len));
+  }
+  Tensor o = sdpa(rope(qkv[0], ro), rope(qkv[1], ro), qkv[2], so).out;  // (T, Hq, Dh)
+  return wo_->forward(o.reshape({t, hq * dh}));
+}
+
 MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {
   w13_ = register_module(
       "w13", std::make_shared<Linear>(d_model, 2 * hidden, false, gen, kInitStd, dtype));
@@ -108,9 +136,16 @@ Block::Block(const TransformerConfig& cfg, Generator& gen) {
       "mlp", std::make_shared<MLP>(cfg.d_model, cfg.ffn_size(), gen, out_std, cfg.dtype));
 }
 
-Tensor Block::forward(const Tensor& x, Generator& dropout, LayerCache* cache) const {
-  Tensor h = add(x, attn_->forward(attn_norm_->forward(x), dropout, cache));
+Tensor Block::mlp_residual(const Tensor& h) const {
   return add(h, mlp_->forward(mlp_norm_->forward(h)));
+}
+
+Tensor Block::forward(const Tensor& x, Generator& dropout, LayerCache* cache) const {
+  return mlp_residual(add(x, attn_->forward(attn_norm_->forward(x), dropout, cache)));
+}
+
+Tensor Block::forward(const Tensor& x, Generator& dropout, const Packing& packing) const {
+  return mlp_residual(add(x, attn_->forward(attn_norm_->forward(x), dropout, packing)));
 }
 
 Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg) {
@@ -142,6 +177,40 @@ Tensor Transformer::forward(const Tensor& ids, Generator& dropout) const {
   check_ids(ids);
   Tensor h = embed_->forward(ids);
   for (const auto& block : blocks_) h = block->forward(h, dropout);
+  return logits(h);
+}
+
+Packing Packing::of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
+  TG_CHECK(cu_seqlens.defined() && cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 1 &&
+               cu_seqlens.dtype() == kInt64,
+           "Transformer", "argument 'cu_seqlens' must be 1-D int64 with B + 1 offsets, got ",
+           cu_seqlens.defined()
+               ? shape_str(cu_seqlens.sizes()) + " " + std::string(dtype_name(cu_seqlens.dtype()))
+               : std::string("(undefined)"));
+  const std::vector<int64_t> cu = cu_seqlens.to_vector<int64_t>();
+  TG_CHECK(cu.front() == 0 && cu.back() == tokens, "Transformer",
+           "argument 'cu_seqlens' must run from 0 to the ", tokens, " tokens of 'ids', got ",
+           cu.front(), " to ", cu.back());
+  Packing p;
+  p.positions.reserve(static_cast<size_t>(tokens));
+  for (size_t b = 1; b < cu.size(); ++b) {
+    TG_CHECK(cu[b] >= cu[b - 1], "Transformer", "argument 'cu_seqlens' must not decrease, got ",
+             cu[b - 1], " then ", cu[b], " at index ", b);
+    p.max_len = std::max(p.max_len, cu[b] - cu[b - 1]);
+    for (int64_t i = 0; i < cu[b] - cu[b - 1]; ++i) p.positions.push_back(i);
+  }
+  p.cu_seqlens = cu_seqlens.to(device);
+  return p;
+}
+
+Tensor Transformer::forward(const Tensor& ids, const Tensor& cu_seqlens, Generator& dropout) const {
+  TG_CHECK(ids.defined() && ids.dim() == 1 && ids.dtype() == kInt64, "Transformer",
+           "argument 'ids' of a packed batch must be int64 (tokens), got ",
+           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
+                         : std::string("(undefined)"));
+  const Packing packing = Packing::of(cu_seqlens, ids.size(0), device());
+  Tensor h = embed_->forward(ids);
+  for (const auto& block : blocks_) h = block->forward(h, dropout, packing);
   return logits(h);
 }
 

@@ -36,6 +36,19 @@ struct LayerCache {
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 
+// A packed batch's layout: B sequences back to back along the token dim, sequence b holding
+// tokens [cu_seqlens[b], cu_seqlens[b + 1]). Attention stays within a sequence and RoPE
+// positions restart at 0 at each one.
+struct Packing {
+  Tensor cu_seqlens;               // (B + 1) int64, on the model's device
+  std::vector<int64_t> positions;  // (T): each token's position within its sequence
+  int64_t max_len = 0;             // the longest sequence
+  int64_t sequences() const { return static_cast<int64_t>(cu_seqlens.numel()) - 1; }
+  // Checks the offsets (1-D int64, 0 first, never decreasing, `tokens` last): a
+  // [Transformer] error otherwise.
+  static Packing of(const Tensor& cu_seqlens, int64_t tokens, Device device);
+};
+
 // Grouped-query self-attention: Hq query heads share Hk key/value heads. The three input
 // projections are one Linear (wqkv: d_model -> (Hq + 2 Hk) Dh, rows q then k then v): one
 // wide GEMM instead of three, two of them only Hk Dh wide.
@@ -47,6 +60,8 @@ class Attention : public Module {
   // follow the cached ones: RoPE positions start at the cache length, the new keys and
   // values are appended, the causal mask is aligned bottom-right, and there is no dropout.
   Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
+  // A packed batch: x (T, d_model) -> (T, d_model), causal within each sequence (ragged sdpa).
+  Tensor forward(const Tensor& x, Generator& dropout, const Packing& packing) const;
 
  private:
   TransformerConfig cfg_;
@@ -69,8 +84,11 @@ class Block : public Module {
  public:
   Block(const TransformerConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
+  Tensor forward(const Tensor& x, Generator& dropout, const Packing& packing) const;
 
  private:
+  Tensor mlp_residual(const Tensor& h) const;  // h + mlp(norm(h))
+
   std::shared_ptr<RMSNorm> attn_norm_, mlp_norm_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<MLP> mlp_;
@@ -89,6 +107,11 @@ class Transformer : public Module {
   // ids (B, S) int64 -> logits (B, S, vocab).
   Tensor forward(const Tensor& ids, Generator& dropout) const;
   Tensor forward(const Tensor& ids) const;  // dropout from default_generator()
+  // A packed batch: ids (T) int64 hold B sequences back to back, cu_seqlens (B + 1) int64 say
+  // where each begins (any device); logits (T, vocab). Each token sees only the earlier
+  // tokens of its own sequence, and its RoPE position counts from its sequence's start, so
+  // the logits are those of each sequence run alone (and of a padded batch's real tokens).
+  Tensor forward(const Tensor& ids, const Tensor& cu_seqlens, Generator& dropout) const;
   // Incremental decoding: ids (B, s) continue the tokens in `cache` (empty at first); returns
   // their logits and appends their keys and values. Runs without dropout.
   Tensor forward(const Tensor& ids, KVCache& cache) const;

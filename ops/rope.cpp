@@ -17,7 +17,8 @@ namespace tg {
 
 namespace {
 
-// cos and sin (S, D/2) of the angles (t + offset) * theta^(-2i/D), computed in double and
+// cos and sin (S, D/2) of the angles (position(t) + offset) * theta^(-2i/D), position(t) = t or
+// positions[t], computed in double and
 // cast to x's compute dtype (float32 for 16-bit x); sin is negated for the inverse rotation.
 void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
                     Tensor& sin_t) {
@@ -26,7 +27,8 @@ void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& 
   for (int64_t i = 0; i < half; ++i) {
     const double freq = std::pow(o.theta, -2.0 * static_cast<double>(i) / (2.0 * half));
     for (int64_t t = 0; t < s_len; ++t) {
-      const double angle = static_cast<double>(t + o.offset) * freq;
+      const int64_t at = o.positions.empty() ? t : o.positions[static_cast<size_t>(t)];
+      const double angle = static_cast<double>(at + o.offset) * freq;
       c[t * half + i] = std::cos(angle);
       s[t * half + i] = o.inverse ? -std::sin(angle) : std::sin(angle);
     }
@@ -40,9 +42,10 @@ void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& 
 // ones in every layer and every step, and on a GPU each new table is a host-to-device copy
 // that waits for the device.
 void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
-  using Key = std::tuple<int64_t, int64_t, double, int64_t, bool, DType, DeviceType, int>;
-  const Key key{x.size(seq), x.sizes().back(), o.theta,         o.offset,
-                o.inverse,   x.dtype(),        x.device().type, x.device().index};
+  using Key = std::tuple<int64_t, int64_t, double, int64_t, bool, DType, DeviceType, int,
+                         std::vector<int64_t>>;
+  const Key key{x.size(seq), x.sizes().back(), o.theta,          o.offset,   o.inverse,
+                x.dtype(),   x.device().type,  x.device().index, o.positions};
   static std::mutex mutex;
   static std::map<Key, std::pair<Tensor, Tensor>> cache;
   std::lock_guard<std::mutex> lock(mutex);
@@ -96,6 +99,15 @@ Tensor rope(const Tensor& x, const RopeOptions& opts) {
   TG_CHECK(opts.offset >= 0, "rope", "argument 'offset' must be >= 0, got ", opts.offset);
   TG_CHECK(opts.theta > 0 && std::isfinite(opts.theta), "rope",
            "argument 'theta' must be a positive finite number, got ", opts.theta);
+  if (!opts.positions.empty()) {
+    TG_CHECK(static_cast<int64_t>(opts.positions.size()) == x.size(seq), "rope",
+             "argument 'positions' must hold one entry per row along seq_dim (", x.size(seq),
+             "), got ", opts.positions.size());
+    for (size_t t = 0; t < opts.positions.size(); ++t) {
+      TG_CHECK(opts.positions[t] >= 0, "rope", "argument 'positions' must be >= 0, got ",
+               opts.positions[t], " at row ", t);
+    }
+  }
   Tensor out = Tensor::empty_like_shape(x.sizes(), x.dtype(), x.device());
   if (out.numel()) {
     Tensor cos_t, sin_t;
