@@ -31,7 +31,9 @@ namespace {
 struct Args {
   std::string task = "reverse";
   int64_t task_size = 8;
-  std::string text;  // a text file instead of a task
+  bool random_sizes = false;  // task sizes uniform in [1, task_size]
+  std::string text;           // a text file instead of a task
+  std::string pack = "auto";  // auto (when lengths vary, on the CPU), on, off
   int64_t layers = 3, d_model = 64, heads = 4, kv_heads = 2, ffn = 0;
   double dropout = 0.0;
   int64_t steps = 1500, batch = 64, seq_len = 64;
@@ -75,6 +77,20 @@ void check_args(const Args& a) {
   if (a.resume && a.overwrite) {
     cli::usage_error("--overwrite", "replaces the run in --out; --resume continues it: pass one");
   }
+  if (a.pack == "on" && a.device == "cuda") {
+    cli::usage_error("--pack", "packed batches train on the CPU for now (sdpa's ragged layout has ",
+                     "no CUDA kernels yet): pass --pack off with --device cuda");
+  }
+  if (a.random_sizes && !a.text.empty()) {
+    cli::usage_error("--random-sizes", "draws task sizes; it has no meaning with --text");
+  }
+}
+
+// Packing, when asked or (auto) when the examples' lengths vary: text lines, tasks of random
+// sizes. Auto stays padded on CUDA, where sdpa's ragged layout has no kernels yet.
+bool packs(const Args& a) {
+  if (a.pack != "auto") return a.pack == "on";
+  return (!a.text.empty() || a.random_sizes) && a.device == "cpu";
 }
 
 // A run already in --out is never replaced silently: --resume continues it, --overwrite
@@ -190,32 +206,42 @@ struct Paths {
 struct Data {
   std::unique_ptr<tg::nn::Task> task;
   std::unique_ptr<tg::nn::TextDataset> text;
-  int64_t seq = 0;                        // tokens per sequence
+  int64_t seq = 0;                        // tokens per sequence (the longest, when they vary)
+  bool packed = false;                    // batches of --batch x seq tokens, back to back
   std::string name;                       // for the header
   std::string id;                         // for the checkpoint's metadata
   std::vector<tg::nn::Example> eval_set;  // held-out task examples (none for text)
 
-  // This rank's part of step's global batch (all of it in a world of one).
-  tg::nn::Batch batch(const Args& a, int64_t step) const {
-    return tg::nn::shard(task ? tg::nn::task_batch(*task, a.batch, a.seed, step)
-                              : text->batch(a.batch, seq, a.seed, step, false),
-                         tg::dist::rank(), tg::dist::world_size());
+  // Step's global batch (validation: the text's held-out batch).
+  tg::nn::Batch global_batch(const Args& a, int64_t step, bool validation = false) const {
+    const int64_t tokens = a.batch * seq;
+    if (task) {
+      return packed ? tg::nn::task_packed_batch(*task, tokens, a.seed, step)
+                    : tg::nn::task_batch(*task, a.batch, a.seed, step);
+    }
+    return packed ? text->packed_batch(tokens, seq, a.seed, step, validation)
+                  : text->batch(a.batch, seq, a.seed, step, validation);
   }
 };
 
 Data load_data(const Args& a) {
   Data d;
+  d.packed = packs(a);
   if (a.text.empty()) {
-    d.task = tg::nn::make_task(a.task, a.task_size);
+    d.task = tg::nn::make_task(a.task, a.task_size, a.random_sizes);
     d.seq = d.task->seq_len();
-    d.name = d.task->name() + " (size " + std::to_string(a.task_size) + ")";
-    d.id = d.task->name() + ":" + std::to_string(a.task_size);
+    const std::string size =
+        a.random_sizes ? "1 to " + std::to_string(a.task_size) : std::to_string(a.task_size);
+    d.name = d.task->name() + " (size " + size + ")";
+    d.id = d.task->name() + ":" + std::to_string(a.task_size) + (a.random_sizes ? ":random" : "");
     d.eval_set = tg::nn::task_eval_set(*d.task, a.eval_examples, a.seed);
   } else {
     d.text = std::make_unique<tg::nn::TextDataset>(a.text);
     d.seq = a.seq_len;
     d.name = d.id = a.text;
+    if (d.packed) d.name += " (lines)";
   }
+  if (d.packed) d.id += ":packed";  // other batches: a run resumes only with its own packing
   return d;
 }
 
@@ -248,11 +274,13 @@ void print_header(const Args& a, const Data& data, const tg::nn::TransformerConf
   const int world = tg::dist::world_size();
   const std::string procs =
       world > 1 ? std::to_string(world) + " processes (" + tg::dist::backend() + ") x " : "";
-  std::printf(
-      "steps %lld (from %lld), batch %lld x %lld tokens, AdamW lr %.1e, %s%d threads, %s, %s\n",
-      static_cast<long long>(a.steps), static_cast<long long>(first),
-      static_cast<long long>(a.batch), static_cast<long long>(data.seq), a.lr, procs.c_str(),
-      tg::get_num_threads(), a.device.c_str(), precision.c_str());
+  const std::string batch =
+      data.packed
+          ? "packed batches of " + std::to_string(a.batch * data.seq) + " tokens"
+          : "batch " + std::to_string(a.batch) + " x " + std::to_string(data.seq) + " tokens";
+  std::printf("steps %lld (from %lld), %s, AdamW lr %.1e, %s%d threads, %s, %s\n",
+              static_cast<long long>(a.steps), static_cast<long long>(first), batch.c_str(), a.lr,
+              procs.c_str(), tg::get_num_threads(), a.device.c_str(), precision.c_str());
 }
 
 // Exact match on the first n held-out task examples, or the validation loss on text.
@@ -266,10 +294,14 @@ std::string evaluate(tg::nn::Transformer& model, const Data& data, const Args& a
   }
   tg::NoGradGuard no_grad;
   model.eval();
-  auto b = data.text->batch(a.batch, data.seq, a.seed, 0, true);
+  const tg::nn::Batch b = data.global_batch(a, 0, /*validation=*/true);
   const tg::Device device = model.device();
-  double loss =
-      tg::nn::lm_loss(model.forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
+  tg::Generator unused{0, 0};  // no dropout in eval mode
+  const tg::Tensor ids = b.inputs.to(device);
+  const double loss = tg::nn::lm_loss(b.packed() ? model.forward(ids, b.cu_seqlens, unused)
+                                                 : model.forward(ids, unused),
+                                      b.targets.to(device))
+                          .item<double>();
   model.train();
   return fmt("validation loss %.4f", loss);
 }
@@ -349,7 +381,8 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
     if (lead) save_checkpoint(a, cfg, data, step, model, opt, precision, rows);
   };
   for (int64_t step = first; step < a.steps; ++step) {
-    const tg::nn::Batch b = data.batch(a, step);
+    const tg::nn::Batch global = data.global_batch(a, step);
+    const tg::nn::Batch b = tg::nn::shard(global, tg::dist::rank(), tg::dist::world_size());
     opt.lr = schedule(step);
     tg::Generator dropout = ranks::dropout_generator(a.seed, step);
     const int64_t skipped = precision.scaler.skipped_steps();
@@ -371,7 +404,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
     TG_CHECK(std::isfinite(done.loss), "train", "loss became ", done.loss, " at step ", step,
              " (try a lower --lr)");
     rows.push_back(std::to_string(step) + "," + fmt("%.6f", done.loss) + "," + fmt("%.6e", opt.lr));
-    progress.update(step, done.loss, opt.lr, a.batch * data.seq);
+    progress.update(step, done.loss, opt.lr, global.inputs.numel());
     if (done.signal && step + 1 < a.steps) {
       checkpoint(step + 1);
       progress.note(std::string(done.signal == SIGINT ? "interrupted" : "terminated") +
@@ -448,7 +481,8 @@ std::unique_ptr<Session> load_session(const Args& a, const Paths& paths) {
     if (meta.count("data") && meta.at("data") != s->data.id) {
       cli::usage_error("--resume", "the run in '", a.out, "' trained on '", meta.at("data"),
                        "', the flags say '", s->data.id,
-                       "' (pass the run's --task and --task-size, or its --text)");
+                       "' (pass the run's --task, --task-size, --random-sizes and --pack, or its "
+                       "--text and --pack)");
     }
     s->first = s->opt->steps();
     if (meta.count("step")) s->first = std::stoll(meta.at("step"));  // skipped steps included
@@ -481,7 +515,7 @@ int run(const Args& a) {
   if (const int failed = ranks::on_every_rank([&] {
         check_args(a);
         const int world = tg::dist::world_size();
-        if (a.batch % world != 0) {
+        if (a.batch % world != 0 && !packs(a)) {
           cli::usage_error("--batch", a.batch, " sequences do not split over ", world,
                            " processes: pass a multiple of ", world);
         }
@@ -527,6 +561,8 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--task", a.task, "built-in task: reverse, sort or add")->capture_default_str();
   app.add_option("--task-size", a.task_size, "task length (letters, digits)")
       ->capture_default_str();
+  app.add_flag("--random-sizes", a.random_sizes,
+               "draw every example's task length uniformly from [1, --task-size]");
   app.add_option("--text", a.text, "train a character-level model on this text file instead")
       ->check(CLI::ExistingFile);
   app.add_option("--layers", a.layers, "transformer blocks")->capture_default_str();
@@ -537,8 +573,16 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--ffn", a.ffn, "SwiGLU hidden size (0: 8/3 d_model)")->capture_default_str();
   app.add_option("--dropout", a.dropout, "attention dropout, in [0, 1)")->capture_default_str();
   app.add_option("--steps", a.steps, "training steps")->capture_default_str();
-  app.add_option("--batch", a.batch, "sequences per step")->capture_default_str();
-  app.add_option("--seq-len", a.seq_len, "sequence length (text only)")->capture_default_str();
+  app.add_option("--batch", a.batch,
+                 "sequences per step (packed: a budget of --batch x the longest sequence tokens)")
+      ->capture_default_str();
+  app.add_option("--pack", a.pack,
+                 "auto: pack sequences back to back when their lengths vary (text lines, "
+                 "--random-sizes) on the CPU; on; off: pad (text: random windows)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--seq-len", a.seq_len, "sequence length (text only; packed lines are cut to it)")
+      ->capture_default_str();
   app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
   app.add_option("--warmup", a.warmup, "linear warmup steps (0: none)")->capture_default_str();
   app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay (0 or more)")

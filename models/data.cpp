@@ -229,6 +229,23 @@ std::vector<int64_t> even_cuts(const std::vector<int64_t>& cu, int64_t count) {
   return cuts;
 }
 
+// The targets that take a loss.
+int64_t counted(const Tensor& targets) {
+  const std::vector<int64_t> t = targets.to_vector<int64_t>();
+  return static_cast<int64_t>(
+      std::count_if(t.begin(), t.end(), [](int64_t v) { return v != -100; }));
+}
+
+// `part` of `whole` with the loss weight that makes the ranks' average the whole's mean.
+Batch weighted(Batch part, const Batch& whole, int64_t count) {
+  const int64_t all = counted(whole.targets);
+  if (all > 0) {
+    part.loss_weight = whole.loss_weight * static_cast<double>(counted(part.targets) * count) /
+                       static_cast<double>(all);
+  }
+  return part;
+}
+
 }  // namespace
 
 Batch shard(const Batch& batch, int64_t index, int64_t count) {
@@ -241,14 +258,15 @@ Batch shard(const Batch& batch, int64_t index, int64_t count) {
              cu.size() - 1, " sequences does not split over ", count,
              " ranks: give each rank at least one sequence (a larger token budget)");
     const std::vector<int64_t> cuts = even_cuts(cu, count);
-    return packed_sequences(batch, cu, cuts[index], cuts[index + 1]);
+    return weighted(packed_sequences(batch, cu, cuts[index], cuts[index + 1]), batch, count);
   }
   const int64_t rows = batch.inputs.size(0);
   TG_CHECK(rows % count == 0, "shard", "a batch of ", rows, " rows does not split over ", count,
            " ranks: make the batch a multiple of the world size");
   const int64_t n = rows / count;
-  return {batch.inputs.narrow(0, index * n, n).contiguous(),
-          batch.targets.narrow(0, index * n, n).contiguous()};
+  return weighted({batch.inputs.narrow(0, index * n, n).contiguous(),
+                   batch.targets.narrow(0, index * n, n).contiguous()},
+                  batch, count);
 }
 
 std::vector<Example> task_eval_set(const Task& task, int64_t count, uint64_t seed) {

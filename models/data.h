@@ -58,6 +58,10 @@ Sequence task_sequence(const Example& example);
 struct Batch {
   Tensor inputs, targets;
   Tensor cu_seqlens{};  // initialised, so that Batch{inputs, targets} stays warning-free
+  // What the mean loss over this batch's targets is multiplied by: 1, or for a rank's shard
+  // its share of the global batch's targets times the ranks, so that the ranks' average (what
+  // DistributedDataParallel takes) is the global batch's mean.
+  double loss_weight = 1.0;
   bool packed() const { return cu_seqlens.defined(); }
 };
 
@@ -75,7 +79,8 @@ Batch task_packed_batch(const Task& task, int64_t tokens, uint64_t seed, int64_t
 // see the batch one process would. Padded: rows [index * n, (index + 1) * n), n = rows / count
 // (a count that does not divide the rows is an error). Packed: a run of whole sequences, the
 // runs cut where the tokens split most evenly (each rank gets at least one sequence; fewer
-// sequences than ranks is an error). Each rank's loss is the mean over its own targets.
+// sequences than ranks is an error). Its loss_weight makes the ranks' average loss (and
+// gradient) the global batch's mean, however the targets fall.
 Batch shard(const Batch& batch, int64_t index, int64_t count);
 // `count` held-out examples (drawn from a stream that training batches never use).
 std::vector<Example> task_eval_set(const Task& task, int64_t count, uint64_t seed);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "ops/factories.h"
@@ -88,28 +90,35 @@ Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t st
 
 ExactMatch exact_match(const Transformer& model, const std::vector<Example>& examples,
                        int64_t batch) {
+  TG_CHECK(batch > 0, "exact_match", "argument 'batch' must be positive, got ", batch);
+  // Examples of one prompt length and one answer length decode together (a task of random
+  // sizes has several); the predictions go back in the examples' order.
+  std::map<std::pair<size_t, size_t>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < examples.size(); ++i)
+    groups[{examples[i].prompt.size(), examples[i].answer.size()}].push_back(i);
   ExactMatch r;
-  for (size_t at = 0; at < examples.size(); at += static_cast<size_t>(batch)) {
-    const size_t end = std::min(examples.size(), at + static_cast<size_t>(batch));
-    const int64_t p = static_cast<int64_t>(examples[at].prompt.size());
-    const int64_t a = static_cast<int64_t>(examples[at].answer.size());
-    std::vector<int64_t> ids;
-    for (size_t i = at; i < end; ++i) {
-      TG_CHECK(static_cast<int64_t>(examples[i].prompt.size()) == p &&
-                   static_cast<int64_t>(examples[i].answer.size()) == a,
-               "exact_match", "examples must share prompt and answer lengths");
-      auto e = ByteTokenizer::encode(examples[i].prompt);
-      ids.insert(ids.end(), e.begin(), e.end());
-    }
-    const int64_t n = static_cast<int64_t>(end - at);
-    std::vector<int64_t> out =
-        greedy_decode(model, from_vector(ids, {n, p}), a).to_vector<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      std::string pred = ByteTokenizer::decode(
-          std::vector<int64_t>(out.begin() + i * a, out.begin() + (i + 1) * a));
-      r.correct += pred == examples[at + i].answer;
-      ++r.total;
-      r.predictions.push_back(std::move(pred));
+  r.predictions.resize(examples.size());
+  for (const auto& [lengths, members] : groups) {
+    const auto [p, a] = lengths;
+    TG_CHECK(p > 0, "exact_match", "example ", members.front(), " has an empty prompt");
+    for (size_t at = 0; at < members.size(); at += static_cast<size_t>(batch)) {
+      const size_t end = std::min(members.size(), at + static_cast<size_t>(batch));
+      std::vector<int64_t> ids;
+      for (size_t i = at; i < end; ++i) {
+        const std::vector<int64_t> e = ByteTokenizer::encode(examples[members[i]].prompt);
+        ids.insert(ids.end(), e.begin(), e.end());
+      }
+      const auto n = static_cast<int64_t>(end - at), pl = static_cast<int64_t>(p),
+                 al = static_cast<int64_t>(a);
+      const std::vector<int64_t> out =
+          greedy_decode(model, from_vector(ids, {n, pl}), al).to_vector<int64_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t which = members[at + static_cast<size_t>(i)];
+        r.predictions[which] = ByteTokenizer::decode(
+            std::vector<int64_t>(out.begin() + i * al, out.begin() + (i + 1) * al));
+        r.correct += r.predictions[which] == examples[which].answer;
+        ++r.total;
+      }
     }
   }
   return r;

@@ -32,7 +32,8 @@ struct ExactMatch {
   double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
 };
 
-// Greedy answers for `examples` (same prompt and answer lengths), `batch` at a time.
+// Greedy answers for `examples`, `batch` at a time among those of one prompt length and one
+// answer length; predictions in the examples' order.
 ExactMatch exact_match(const Transformer& model, const std::vector<Example>& examples,
                        int64_t batch = 256);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/autocast.h"
+#include "ops/elementwise.h"
 
 namespace tg::nn {
 
@@ -36,9 +37,10 @@ double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Genera
       model, opt,
       [&] {
         const Tensor ids = batch.inputs.to(device);
-        return lm_loss(batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout)
-                                      : model.forward(ids, dropout),
-                       batch.targets.to(device));
+        const Tensor loss = lm_loss(batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout)
+                                                   : model.forward(ids, dropout),
+                                    batch.targets.to(device));
+        return batch.loss_weight == 1.0 ? loss : mul(loss, batch.loss_weight);
       },
       opts);
 }

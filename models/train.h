@@ -28,8 +28,8 @@ double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& 
                   const StepOptions& opts = {});
 
 // The language model's step: lm_loss of model.forward(batch.inputs) (packed batches: with
-// batch.cu_seqlens) against batch.targets, moved to the model's device. `dropout` feeds
-// attention dropout.
+// batch.cu_seqlens) against batch.targets, moved to the model's device, times
+// batch.loss_weight (a shard's). `dropout` feeds attention dropout.
 double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Generator& dropout,
                   const StepOptions& opts = {});
 

@@ -226,6 +226,22 @@ TEST_CASE("shard: a packed batch splits into runs of whole sequences, evenly by 
   }
   CHECK(joined == b.inputs.to_vector<int64_t>());
   CHECK(tokens == std::vector<int64_t>{8, 12});  // cut at 8 (nearest 10 of 0, 5, 6, 8, 14, 17)
+  // The ranks' average of their weighted losses is the whole batch's mean, packed or padded
+  // (rows of different target counts).
+  nn::Transformer model(tiny_config(), 2);
+  Generator unused{0, 0};
+  auto loss_of = [&](const nn::Batch& x) {
+    return x.loss_weight * nn::lm_loss(x.packed() ? model.forward(x.inputs, x.cu_seqlens, unused)
+                                                  : model.forward(x.inputs, unused),
+                                       x.targets)
+                               .item<double>();
+  };
+  const nn::Batch padded = nn::pad(random_sequences({5, 1, 2, 6, 3, 3}, 4), 6);
+  for (const nn::Batch* whole : {&b, &padded}) {
+    double average = 0;
+    for (int64_t r = 0; r < 2; ++r) average += loss_of(nn::shard(*whole, r, 2)) / 2;
+    CHECK(average == doctest::Approx(loss_of(*whole)).epsilon(1e-12));
+  }
   // Every rank gets a sequence, even when one holds most tokens.
   const nn::Batch lopsided = nn::pack(random_sequences({1, 30, 1}, 5));
   for (int64_t r = 0; r < 3; ++r) CHECK(nn::shard(lopsided, r, 3).cu_seqlens.numel() == 2);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The train CLI under mpirun, end to end: two ranks on shards of each batch give the loss curve
-# of one process on the whole batch (to float32 rounding); a run of one rank resumes in two and
+# of one process on the whole batch (to float32 rounding), padded or packed; a run of one rank resumes in two and
 # one of two in one; a batch the ranks cannot split is one message, a failure, and no run.
 #   train_dist.sh <train binary> <work dir> <mpirun and its flags for two ranks...>
 set -eu
@@ -35,6 +35,15 @@ grep -q "(from 10)" one2.log && grep -q "(from 10)" two2.log || { echo "no resum
 same_curve one/loss.csv two/loss.csv
 [ "$(wc -l < one/loss.csv)" -eq 16 ] || { echo "loss.csv has the wrong rows"; exit 1; }
 
+# Packed batches of random-size examples: each rank a run of whole sequences, weighted so that
+# the ranks' average is the whole batch's mean.
+# shellcheck disable=SC2086
+"$train" $flags --random-sizes --batch 16 --steps 6 --out packed1 > packed1.log
+# shellcheck disable=SC2086
+"$@" "$train" $flags --random-sizes --batch 16 --steps 6 --out packed2 > packed2.log
+grep -q "packed batches of" packed2.log || { echo "not packed"; cat packed2.log; exit 1; }
+same_curve packed1/loss.csv packed2/loss.csv
+
 set +e
 # shellcheck disable=SC2086
 "$@" "$train" $flags --batch 15 --steps 1 --out odd > odd.log 2>&1
@@ -44,4 +53,4 @@ set -e
 [ "$(grep -c '\[--batch\] 15 sequences do not split over 2 processes' odd.log)" -eq 1 ] ||
   { echo "not one message"; cat odd.log; exit 1; }
 [ ! -e odd/model.safetensors ] || { echo "an odd batch wrote a run"; exit 1; }
-echo "two ranks train as one process; resumed across world sizes; odd batch refused once"
+echo "two ranks train as one process (padded and packed); resumed across world sizes; odd batch refused once"
