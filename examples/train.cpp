@@ -5,10 +5,8 @@
 //   train [--task reverse] [--steps N] [--out DIR] [--resume] ...   (train --help lists all)
 //   mpirun -np 2 train ...   data-parallel: --batch split over the processes, rank 0 reports
 #include <tapegrad.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "cli_checks.h"
+#include "train_progress.h"
 #include "train_ranks.h"
 
 namespace fs = std::filesystem;
@@ -112,51 +111,6 @@ void claim_out_dir(const Args& a) {
     for (const fs::path& f : found) fs::remove(f);
   }
 }
-
-// One line per event; on a terminal the progress line is redrawn in place.
-class Progress {
- public:
-  // Under mpirun rank 0's stdout may be a terminal of mpirun's making whatever the user's is:
-  // plain lines there.
-  Progress(int64_t first, int64_t total)
-      : first_(first), total_(total), tty_(isatty(1) && tg::dist::world_size() == 1) {
-    start_ = std::chrono::steady_clock::now();
-  }
-  void update(int64_t step, double loss, double lr, int64_t tokens) {
-    tokens_ += tokens;
-    const double secs = elapsed();
-    const int64_t done = step + 1 - first_;
-    const double eta = done ? secs / done * static_cast<double>(total_ - step - 1) : 0;
-    const int width = 24, filled = static_cast<int>(width * (step + 1) / total_);
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "[%s%s] step %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
-                  std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                  static_cast<long long>(step) + 1, static_cast<long long>(total_), loss, lr,
-                  secs > 0 ? tokens_ / secs : 0.0, eta);
-    const int64_t every = std::max<int64_t>(1, total_ / 20);
-    if (tty_) {
-      std::printf("\r%s\033[K", line);
-      std::fflush(stdout);
-    } else if ((step + 1) % every == 0 || step + 1 == total_) {
-      std::printf("%s\n", line);
-    }
-  }
-  void note(const std::string& msg) {
-    if (tty_) std::printf("\r\033[K");
-    std::printf("%s\n", msg.c_str());
-    std::fflush(stdout);
-  }
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  int64_t first_, total_;
-  bool tty_;
-  double tokens_ = 0;
-  std::chrono::steady_clock::time_point start_;
-};
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -376,7 +330,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
   const tg::nn::WarmupCosine schedule{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   std::vector<std::string> rows =
       lead ? read_csv_rows(paths.csv, first) : std::vector<std::string>{};
-  Progress progress(first, a.steps);
+  cli::Progress progress(first, a.steps);
   auto checkpoint = [&](int64_t step) {
     if (lead) save_checkpoint(a, cfg, data, step, model, opt, precision, rows);
   };
