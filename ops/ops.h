@@ -11,3 +11,4 @@
 #include "ops/reduce.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
+#include "ops/sdpa_paged.h"

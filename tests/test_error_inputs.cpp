@@ -444,6 +444,17 @@ void written_rows(std::vector<ErrorInput>& rows) {
       sdpa_backward(q, k, k, q, q, ones({1, 2, 3, 2})));
   ROW("sdpa_backward", "a float64 out", "float64",
       sdpa_backward(q, k, k, q.to(kFloat64), q, ones({1, 2, 3, 1})));
+  {
+    const Tensor pool = ones({2, 2, 1, 4}), table = zeros({1, 2}, kInt64);
+    const Tensor len = full({1}, 3, kInt64);
+    ROW("sdpa_paged", "an undefined page table", "undefined", sdpa_paged(q, pool, pool, U, len));
+    ROW("sdpa_paged", "a 3-D pool", "(blocks, block, Hk, D)", sdpa_paged(q, f, f, table, len));
+    ROW("sdpa_paged", "a float page table", "int64", sdpa_paged(q, pool, pool, ones({1, 2}), len));
+    ROW("sdpa_paged", "lengths past the pages", "seq_len_kv",
+        sdpa_paged(q, pool, pool, table, full({1}, 5, kInt64)));
+    ROW("sdpa_paged", "a page outside the pool", "names block",
+        sdpa_paged(q, pool, pool, full({1, 2}, 2, kInt64), len));
+  }
   ROW("sdpa_dropout_mask", "a negative size", "sizes must be >= 0",
       sdpa_dropout_mask(-1, 1, 1, 1, SdpaOptions{}));
   ROW("sdpa_dropout_mask", "a NaN dropout_p", "dropout_p",

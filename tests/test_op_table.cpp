@@ -42,6 +42,7 @@ const std::map<std::string, std::string>& exemptions() {
       {"sdpa_backward", "sdpa's passes (test_sdpa.cpp)"},
       {"sdpa_dropout_mask", "sdpa's dropout stream (test_sdpa.cpp)"},
       {"alibi_slopes", "sdpa's ALiBi slopes (test_sdpa.cpp)"},
+      {"sdpa_paged", "sdpa over a paged K/V cache (test_sdpa_paged.cpp)"},
   };
   return m;
 }

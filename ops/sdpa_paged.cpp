@@ -1,0 +1,92 @@
+#include "ops/sdpa_paged.h"
+
+#include <vector>
+
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace tg {
+
+namespace {
+
+constexpr const char* kOp = "sdpa_paged";
+
+// A pool (N, block, H, D) read through `rows` (its block rows, block * block_size + row, one
+// per key in order) into sdpa's ragged (T, H, D): an embedding lookup of the pool's rows.
+Tensor read_rows(const Tensor& pool, const Tensor& rows) {
+  const int64_t n = pool.size(0), block = pool.size(1), h = pool.size(2), d = pool.size(3);
+  return embedding(pool.reshape({n * block, h * d}), rows).view({rows.size(0), h, d});
+}
+
+// (B, H, S, D) <-> sdpa's ragged (B * S, H, D) of B sequences of S rows.
+Tensor to_rows(const Tensor& t) {
+  return t.transpose(1, 2).reshape({t.size(0) * t.size(2), t.size(1), t.size(3)});
+}
+Tensor from_rows(const Tensor& t, int64_t batch) {
+  return t.view({batch, t.size(0) / batch, t.size(1), t.size(2)}).transpose(1, 2);
+}
+
+}  // namespace
+
+SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                      const Tensor& page_table, const Tensor& seq_len_kv, const SdpaOptions& opts) {
+  for (auto [t, arg] :
+       {std::pair{&q, "q"}, std::pair{&k_pool, "k_pool"}, std::pair{&v_pool, "v_pool"},
+        std::pair{&page_table, "page_table"}, std::pair{&seq_len_kv, "seq_len_kv"}}) {
+    detail::check_defined(*t, kOp, arg);
+    if (t != &q) detail::check_same_device(q, *t, kOp, arg);
+  }
+  TG_CHECK(q.device() == kCPU, kOp,
+           "runs on the CPU for now (through sdpa's ragged layout); q is on ", q.device());
+  TG_CHECK(!opts.seq_len_q && !opts.seq_len_kv && !opts.cu_seqlens_q && !opts.cu_seqlens_kv, kOp,
+           "the keys' lengths are the argument 'seq_len_kv': the options must not give "
+           "seq_len_q/kv or cu_seqlens_q/kv too");
+  TG_CHECK(q.dim() == 4, kOp, "argument 'q' must be (B, Hq, Sq, D), got shape ",
+           shape_str(q.sizes()));
+  for (auto [t, arg] : {std::pair{&k_pool, "k_pool"}, std::pair{&v_pool, "v_pool"}}) {
+    TG_CHECK(t->dim() == 4, kOp, "argument '", arg, "' must be (blocks, block, Hk, D), got shape ",
+             shape_str(t->sizes()));
+  }
+  TG_CHECK(v_pool.size(0) == k_pool.size(0) && v_pool.size(1) == k_pool.size(1) &&
+               v_pool.size(2) == k_pool.size(2),
+           kOp, "arguments 'k_pool' and 'v_pool' must share blocks, block size and heads, got ",
+           shape_str(k_pool.sizes()), " and ", shape_str(v_pool.sizes()));
+  const int64_t batch = q.size(0), blocks = k_pool.size(0), block = k_pool.size(1);
+  TG_CHECK(block >= 1, kOp, "argument 'k_pool' must have blocks of at least one row, got shape ",
+           shape_str(k_pool.sizes()));
+  detail::check_dtype(page_table, kInt64, kOp, "page_table");
+  detail::check_dtype(seq_len_kv, kInt64, kOp, "seq_len_kv");
+  TG_CHECK(page_table.dim() == 2 && page_table.size(0) == batch, kOp,
+           "argument 'page_table' must be (B, pages) with B = ", batch, " (q's batch), got shape ",
+           shape_str(page_table.sizes()));
+  TG_CHECK(seq_len_kv.dim() == 1 && seq_len_kv.size(0) == batch, kOp,
+           "argument 'seq_len_kv' must be (B) with B = ", batch, ", got shape ",
+           shape_str(seq_len_kv.sizes()));
+  const int64_t pages = page_table.size(1);
+  // Every key's pool row, sequence after sequence; the pages in use must name pool blocks.
+  const std::vector<int64_t> lengths = seq_len_kv.to_vector<int64_t>();
+  const std::vector<int64_t> table = page_table.to_vector<int64_t>();
+  std::vector<int64_t> rows, cu_kv{0}, cu_q{0};
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = lengths[static_cast<size_t>(b)];
+    TG_CHECK(len >= 0 && len <= pages * block, kOp, "argument 'seq_len_kv' must be in [0, ",
+             pages * block, "] (pages x block), got ", len, " for sequence ", b);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t at = table[static_cast<size_t>(b * pages + j / block)];
+      TG_CHECK(at >= 0 && at < blocks, kOp, "argument 'page_table' names block ", at,
+               " for sequence ", b, " page ", j / block, ", outside the pool's ", blocks,
+               " blocks");
+      rows.push_back(at * block + j % block);
+    }
+    cu_kv.push_back(cu_kv.back() + len);
+    cu_q.push_back(cu_q.back() + q.size(2));
+  }
+  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())});
+  SdpaOptions o = opts;
+  o.cu_seqlens_q = from_vector(cu_q, {batch + 1});
+  o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1});
+  const SdpaResult r = sdpa(to_rows(q), read_rows(k_pool, ids), read_rows(v_pool, ids), o);
+  return {from_rows(r.out, batch), from_rows(r.stats, batch)};
+}
+
+}  // namespace tg
