@@ -15,21 +15,10 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_timing.h"
 
-namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using bench::median;
+using bench::now_ms;
 
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {

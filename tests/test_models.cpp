@@ -10,15 +10,7 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 namespace {
 Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 
-nn::TransformerConfig tiny_config() {
-  return {.vocab = 11,
-          .d_model = 8,
-          .layers = 2,
-          .heads = 2,
-          .kv_heads = 1,
-          .ffn = 12,
-          .dtype = kFloat64};
-}
+nn::TransformerConfig tiny_config() { return tgtest::tiny_transformer_config(); }
 }  // namespace
 
 TEST_CASE("rope: rotates adjacent pairs by position * theta^(-2i/D)") {

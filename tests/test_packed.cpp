@@ -15,15 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nn::TransformerConfig tiny_config() {
-  return {.vocab = 11,
-          .d_model = 8,
-          .layers = 2,
-          .heads = 2,
-          .kv_heads = 1,
-          .ffn = 12,
-          .dtype = kFloat64};
-}
+nn::TransformerConfig tiny_config() { return tgtest::tiny_transformer_config(); }
 
 // Sequences of the given lengths with random tokens and targets (a few ignored).
 std::vector<nn::Sequence> random_sequences(const std::vector<int64_t>& lengths, uint64_t seed) {
@@ -42,6 +34,7 @@ std::vector<nn::Sequence> random_sequences(const std::vector<int64_t>& lengths, 
 
 std::vector<std::vector<double>> grads_of(const std::vector<Tensor>& params) {
   std::vector<std::vector<double>> g;
+  g.reserve(params.size());
   for (const Tensor& p : params) g.push_back(p.grad().to_vector<double>());
   return g;
 }
@@ -108,7 +101,7 @@ TEST_CASE("packed transformer: loss and every gradient equal the padded batch's,
     // Padded to the longest: the dropout element space is the same (DESIGN §5).
     const nn::Batch padded = nn::pad(seqs, 7), packed = nn::pack(seqs);
     auto run = [&](const nn::Batch& b) {
-      for (Tensor p : model.parameters()) p.zero_grad();
+      for (const Tensor& p : model.parameters()) p.zero_grad();
       Generator dropout{9, 0};
       Tensor loss = nn::lm_loss(b.packed() ? model.forward(b.inputs, b.cu_seqlens, dropout)
                                            : model.forward(b.inputs, dropout),
@@ -143,7 +136,7 @@ TEST_CASE("packed transformer: bad offsets and ids are [Transformer] errors") {
   nn::Transformer model(tiny_config(), 1);
   Generator g{0, 0};
   Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {4});
-  auto offsets = [](std::vector<int64_t> v) {
+  auto offsets = [](const std::vector<int64_t>& v) {
     const int64_t n = static_cast<int64_t>(v.size());
     return from_vector(v, {n});
   };

@@ -14,6 +14,18 @@
 
 namespace tgtest {
 
+// A transformer small enough for float64 gradchecks: vocab 11, d_model 8, 2 layers, 2 query
+// heads sharing 1 key/value head.
+inline tg::nn::TransformerConfig tiny_transformer_config() {
+  return {.vocab = 11,
+          .d_model = 8,
+          .layers = 2,
+          .heads = 2,
+          .kv_heads = 1,
+          .ffn = 12,
+          .dtype = tg::kFloat64};
+}
+
 // A float64 tensor of the given shape with values from a fixed Philox stream.
 inline tg::Tensor rnd(const tg::Shape& shape, uint64_t seed = 1, double lo = -1.0,
                       double hi = 1.0) {
