@@ -21,7 +21,7 @@ struct ByteTokenizer {
 
 struct Example {
   std::string prompt;  // ends with '='
-  std::string answer;  // fixed length for a given task
+  std::string answer;  // fixed length for a given task size
 };
 
 // A task: prompts and answers of one size, or of sizes drawn at random.

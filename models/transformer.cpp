@@ -101,7 +101,7 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& pa
   // (T, H, D) is sdpa's ragged layout: the heads of the packed projection go in as views.
   std::vector<Tensor> qkv = split(wqkv_->forward(x).view({t, hq + 2 * hk, dh}), {hq, hk, hk}, 1);
   SdpaOptions so;
-  so.causal = true;  // bottom-right per sequence; q and k have the same lengths: top-left too
+  so.causal = true;  // per sequence; q and k share its length, so both alignments agree
   so.cu_seqlens_q = packing.cu_seqlens;
   so.cu_seqlens_kv = packing.cu_seqlens;
   if (is_training() && cfg_.attn_dropout > 0) {

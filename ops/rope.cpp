@@ -17,9 +17,9 @@ namespace tg {
 
 namespace {
 
-// cos and sin (S, D/2) of the angles (position(t) + offset) * theta^(-2i/D), position(t) = t or
-// positions[t], computed in double and
-// cast to x's compute dtype (float32 for 16-bit x); sin is negated for the inverse rotation.
+// cos and sin (S, D/2) of the angles (position(t) + offset) * theta^(-2i/D), position(t) = t
+// or positions[t], computed in double and cast to x's compute dtype (float32 for 16-bit x);
+// sin is negated for the inverse rotation.
 void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
                     Tensor& sin_t) {
   const int64_t s_len = x.size(seq), half = x.sizes().back() / 2;
