@@ -248,14 +248,10 @@ std::string evaluate(tg::nn::Transformer& model, const Data& data, const Args& a
   }
   tg::NoGradGuard no_grad;
   model.eval();
-  const tg::nn::Batch b = data.global_batch(a, 0, /*validation=*/true);
-  const tg::Device device = model.device();
   tg::Generator unused{0, 0};  // no dropout in eval mode
-  const tg::Tensor ids = b.inputs.to(device);
-  const double loss = tg::nn::lm_loss(b.packed() ? model.forward(ids, b.cu_seqlens, unused)
-                                                 : model.forward(ids, unused),
-                                      b.targets.to(device))
-                          .item<double>();
+  const double loss =
+      tg::nn::batch_loss(model, data.global_batch(a, 0, /*validation=*/true), unused)
+          .item<double>();
   model.train();
   return fmt("validation loss %.4f", loss);
 }

@@ -30,19 +30,19 @@ double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& 
   return value.item<double>();
 }
 
+Tensor batch_loss(const Transformer& model, const Batch& batch, Generator& dropout) {
+  const Device device = model.device();
+  const Tensor ids = batch.inputs.to(device);
+  const Tensor loss = lm_loss(
+      batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout) : model.forward(ids, dropout),
+      batch.targets.to(device));
+  return batch.loss_weight == 1.0 ? loss : mul(loss, batch.loss_weight);
+}
+
 double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Generator& dropout,
                   const StepOptions& opts) {
-  const Device device = model.device();
   return train_step(
-      model, opt,
-      [&] {
-        const Tensor ids = batch.inputs.to(device);
-        const Tensor loss = lm_loss(batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout)
-                                                   : model.forward(ids, dropout),
-                                    batch.targets.to(device));
-        return batch.loss_weight == 1.0 ? loss : mul(loss, batch.loss_weight);
-      },
-      opts);
+      model, opt, [&] { return batch_loss(model, batch, dropout); }, opts);
 }
 
 }  // namespace tg::nn

@@ -27,9 +27,12 @@ struct StepOptions {
 double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& loss,
                   const StepOptions& opts = {});
 
-// The language model's step: lm_loss of model.forward(batch.inputs) (packed batches: with
+// A language-model batch's loss: lm_loss of model.forward(batch.inputs) (packed batches: with
 // batch.cu_seqlens) against batch.targets, moved to the model's device, times
-// batch.loss_weight (a shard's). `dropout` feeds attention dropout.
+// batch.loss_weight (a shard's). `dropout` feeds attention dropout (training mode only).
+Tensor batch_loss(const Transformer& model, const Batch& batch, Generator& dropout);
+
+// The language model's step: train_step of batch_loss.
 double train_step(Transformer& model, Optimizer& opt, const Batch& batch, Generator& dropout,
                   const StepOptions& opts = {});
 

@@ -103,9 +103,7 @@ TEST_CASE("packed transformer: loss and every gradient equal the padded batch's,
     auto run = [&](const nn::Batch& b) {
       for (const Tensor& p : model.parameters()) p.zero_grad();
       Generator dropout{9, 0};
-      Tensor loss = nn::lm_loss(b.packed() ? model.forward(b.inputs, b.cu_seqlens, dropout)
-                                           : model.forward(b.inputs, dropout),
-                                b.targets);
+      Tensor loss = nn::batch_loss(model, b, dropout);
       loss.backward();
       return std::pair{loss.item<double>(), grads_of(model.parameters())};
     };
@@ -224,10 +222,7 @@ TEST_CASE("shard: a packed batch splits into runs of whole sequences, evenly by 
   nn::Transformer model(tiny_config(), 2);
   Generator unused{0, 0};
   auto loss_of = [&](const nn::Batch& x) {
-    return x.loss_weight * nn::lm_loss(x.packed() ? model.forward(x.inputs, x.cu_seqlens, unused)
-                                                  : model.forward(x.inputs, unused),
-                                       x.targets)
-                               .item<double>();
+    return nn::batch_loss(model, x, unused).item<double>();
   };
   const nn::Batch padded = nn::pad(random_sequences({5, 1, 2, 6, 3, 3}, 4), 6);
   for (const nn::Batch* whole : {&b, &padded}) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "sdpa_random.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -55,18 +56,8 @@ Config random_config(std::mt19937_64& rng) {
   c.D = std::vector<int64_t>{4, 8, 16}[pick(0, 2)];
   c.Dv = coin(0.7) ? c.D : pick(3, 12);
   c.strided = coin(0.3);
+  c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.4, .max_window = 8, .alibi = 0.25});
   SdpaOptions& o = c.opts;
-  if (coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
-  o.causal = coin(0.4);
-  if (coin(0.5)) o.causal_align = CausalAlign::BottomRight;
-  if (coin(0.25)) o.window = pick(1, 8);
-  o.alibi = coin(0.25);
-  if (coin(0.25)) o.softcap = 2.0 + pick(0, 20) / 4.0;
-  if (coin(0.25)) {
-    o.dropout_p = coin(0.5) ? 0.2 : 0.5;
-    o.seed = static_cast<uint64_t>(pick(0, 1000));
-    o.offset = static_cast<uint64_t>(pick(0, 3)) * 4;
-  }
   if (coin(0.25)) {
     std::vector<int64_t> lq, lkv;
     for (int64_t b = 0; b < c.B; ++b) {

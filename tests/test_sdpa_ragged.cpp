@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "sdpa_random.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -63,18 +64,7 @@ Config random_config(std::mt19937_64& rng) {
   c.D = coin(0.5) ? 4 : 8;
   c.Dv = coin(0.7) ? c.D : pick(3, 9);
   c.strided = coin(0.3);
-  SdpaOptions& o = c.opts;
-  if (coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
-  o.causal = coin(0.5);
-  if (coin(0.5)) o.causal_align = CausalAlign::BottomRight;
-  if (coin(0.25)) o.window = pick(1, 6);
-  o.alibi = coin(0.3);
-  if (coin(0.25)) o.softcap = 2.0 + pick(0, 20) / 4.0;
-  if (coin(0.25)) {
-    o.dropout_p = coin(0.5) ? 0.2 : 0.5;
-    o.seed = static_cast<uint64_t>(pick(0, 1000));
-    o.offset = static_cast<uint64_t>(pick(0, 3)) * 4;
-  }
+  c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 6, .alibi = 0.3});
   c.mask_kind = static_cast<int>(pick(0, 2));
   if (c.mask_kind) {
     const int64_t Sq = c.max_q(), Skv = c.max_kv();
