@@ -255,7 +255,7 @@ TEST_CASE("ragged edge cases: no keys, no rows, all sequences empty") {
 
 TEST_CASE("bad ragged input gets an [sdpa] error") {
   const Tensor q = ones({5, 2, 4}), k = ones({7, 1, 4}), v = ones({7, 1, 3});
-  auto with = [](std::vector<int64_t> cq, std::vector<int64_t> ckv) {
+  auto with = [](const std::vector<int64_t>& cq, const std::vector<int64_t>& ckv) {
     SdpaOptions o;
     o.cu_seqlens_q = from_vector(cq, {static_cast<int64_t>(cq.size())});
     o.cu_seqlens_kv = from_vector(ckv, {static_cast<int64_t>(ckv.size())});
@@ -308,10 +308,10 @@ TEST_CASE("bad ragged input gets an [sdpa] error") {
   o = good;
   o.mask = ones({3, 5});
   check_throws_with_prefix([&] { sdpa(q, k, v, o); }, "[sdpa]", "[2, 2, 3, 4]");
-  auto [out, stats] = sdpa_forward(q, k, v, good);
+  const SdpaResult fwd = sdpa_forward(q, k, v, good);
   check_throws_with_prefix(
       [&] {
-        sdpa_backward(q, k, v, out, ones({5, 2, 4}), stats, good);
+        sdpa_backward(q, k, v, fwd.out, ones({5, 2, 4}), fwd.stats, good);
       },
       "[sdpa_backward]", "'dout'");
   // Second derivatives through the ragged layout are not there yet: a clear error.
