@@ -26,6 +26,23 @@ Tensor from_rows(const Tensor& t, int64_t batch) {
   return t.view({batch, t.size(0) / batch, t.size(1), t.size(2)}).transpose(1, 2);
 }
 
+// The offsets of ragged queries (Tq, Hq, D): 1-D int64, 0 first, never decreasing, Tq last.
+std::vector<int64_t> query_offsets(const Tensor& cu, const Tensor& q) {
+  detail::check_dtype(cu, kInt64, kOp, "cu_seqlens_q");
+  TG_CHECK(cu.dim() == 1 && cu.numel() >= 1, kOp,
+           "argument 'cu_seqlens_q' must be 1-D with B + 1 offsets, got shape ",
+           shape_str(cu.sizes()));
+  std::vector<int64_t> v = cu.to_vector<int64_t>();
+  TG_CHECK(v.front() == 0 && v.back() == q.size(0), kOp,
+           "argument 'cu_seqlens_q' must run from 0 to q's ", q.size(0), " rows, got ", v.front(),
+           " to ", v.back());
+  for (size_t b = 1; b < v.size(); ++b) {
+    TG_CHECK(v[b] >= v[b - 1], kOp, "argument 'cu_seqlens_q' must not decrease, got ", v[b - 1],
+             " then ", v[b], " at index ", b);
+  }
+  return v;
+}
+
 }  // namespace
 
 SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
@@ -38,11 +55,21 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   }
   TG_CHECK(q.device() == kCPU, kOp,
            "runs on the CPU for now (through sdpa's ragged layout); q is on ", q.device());
-  TG_CHECK(!opts.seq_len_q && !opts.seq_len_kv && !opts.cu_seqlens_q && !opts.cu_seqlens_kv, kOp,
+  TG_CHECK(!opts.seq_len_q && !opts.seq_len_kv && !opts.cu_seqlens_kv, kOp,
            "the keys' lengths are the argument 'seq_len_kv': the options must not give "
-           "seq_len_q/kv or cu_seqlens_q/kv too");
-  TG_CHECK(q.dim() == 4, kOp, "argument 'q' must be (B, Hq, Sq, D), got shape ",
-           shape_str(q.sizes()));
+           "seq_len_q, seq_len_kv or cu_seqlens_kv too");
+  // Queries: (B, Hq, Sq, D), or ragged (Tq, Hq, D) with opts.cu_seqlens_q (B + 1 offsets).
+  const bool ragged_q = opts.cu_seqlens_q.has_value();
+  std::vector<int64_t> cu_q{0};
+  if (ragged_q) {
+    TG_CHECK(q.dim() == 3, kOp, "argument 'q' with cu_seqlens_q must be ragged (Tq, Hq, D), got ",
+             "shape ", shape_str(q.sizes()));
+    cu_q = query_offsets(*opts.cu_seqlens_q, q);
+  } else {
+    TG_CHECK(q.dim() == 4, kOp, "argument 'q' must be (B, Hq, Sq, D), got shape ",
+             shape_str(q.sizes()));
+    for (int64_t b = 0; b < q.size(0); ++b) cu_q.push_back(cu_q.back() + q.size(2));
+  }
   for (auto [t, arg] : {std::pair{&k_pool, "k_pool"}, std::pair{&v_pool, "v_pool"}}) {
     TG_CHECK(t->dim() == 4, kOp, "argument '", arg, "' must be (blocks, block, Hk, D), got shape ",
              shape_str(t->sizes()));
@@ -51,13 +78,15 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
                v_pool.size(2) == k_pool.size(2),
            kOp, "arguments 'k_pool' and 'v_pool' must share blocks, block size and heads, got ",
            shape_str(k_pool.sizes()), " and ", shape_str(v_pool.sizes()));
-  const int64_t batch = q.size(0), blocks = k_pool.size(0), block = k_pool.size(1);
+  const auto batch = static_cast<int64_t>(cu_q.size()) - 1;
+  const int64_t blocks = k_pool.size(0), block = k_pool.size(1);
   TG_CHECK(block >= 1, kOp, "argument 'k_pool' must have blocks of at least one row, got shape ",
            shape_str(k_pool.sizes()));
   detail::check_dtype(page_table, kInt64, kOp, "page_table");
   detail::check_dtype(seq_len_kv, kInt64, kOp, "seq_len_kv");
   TG_CHECK(page_table.dim() == 2 && page_table.size(0) == batch, kOp,
-           "argument 'page_table' must be (B, pages) with B = ", batch, " (q's batch), got shape ",
+           "argument 'page_table' must be (B, pages) with B = ", batch, " (q's sequences), got "
+           "shape ",
            shape_str(page_table.sizes()));
   TG_CHECK(seq_len_kv.dim() == 1 && seq_len_kv.size(0) == batch, kOp,
            "argument 'seq_len_kv' must be (B) with B = ", batch, ", got shape ",
@@ -66,7 +95,7 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   // Every key's pool row, sequence after sequence; the pages in use must name pool blocks.
   const std::vector<int64_t> lengths = seq_len_kv.to_vector<int64_t>();
   const std::vector<int64_t> table = page_table.to_vector<int64_t>();
-  std::vector<int64_t> rows, cu_kv{0}, cu_q{0};
+  std::vector<int64_t> rows, cu_kv{0};
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = lengths[static_cast<size_t>(b)];
     TG_CHECK(len >= 0 && len <= pages * block, kOp, "argument 'seq_len_kv' must be in [0, ",
@@ -79,13 +108,14 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
       rows.push_back(at * block + j % block);
     }
     cu_kv.push_back(cu_kv.back() + len);
-    cu_q.push_back(cu_q.back() + q.size(2));
   }
   const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())});
   SdpaOptions o = opts;
   o.cu_seqlens_q = from_vector(cu_q, {batch + 1});
   o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1});
-  const SdpaResult r = sdpa(to_rows(q), read_rows(k_pool, ids), read_rows(v_pool, ids), o);
+  const SdpaResult r =
+      sdpa(ragged_q ? q : to_rows(q), read_rows(k_pool, ids), read_rows(v_pool, ids), o);
+  if (ragged_q) return r;
   return {from_rows(r.out, batch), from_rows(r.stats, batch)};
 }
 

@@ -16,7 +16,10 @@ namespace tg {
 // broadcast to (B, Hq, Sq, max seq_len_kv), dropout indexing that padded layout. The keys are
 // read through the table into the ragged layout, then sdpa runs (on the CPU, as the ragged
 // layout does for now); differentiable, the pools' gradient flowing back through the table.
-// out and stats (B, Hq, Sq, Dv / 1) as sdpa's. Errors name the argument: "[sdpa_paged] ...".
+// out and stats (B, Hq, Sq, Dv / 1) as sdpa's. Ragged queries (prefill and decoding in one
+// call, vLLM's chunked prefill): q (Tq, Hq, Dqk) with opts.cu_seqlens_q (B + 1 offsets), each
+// sequence with its own count of new rows; out and stats then (Tq, Hq, Dv / 1). Errors name
+// the argument: "[sdpa_paged] ...".
 SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                       const Tensor& page_table, const Tensor& seq_len_kv,
                       const SdpaOptions& opts = {});

@@ -124,6 +124,61 @@ TEST_CASE("sdpa_paged: equals sdpa on the same keys held contiguously, forward a
   }
 }
 
+TEST_CASE("sdpa_paged: ragged queries equal each sequence's own call, forward and gradients") {
+  // Sequence b has n_q[b] new rows and len[b] keys (prefill and decoding in one call).
+  const std::vector<int64_t> n_q{3, 1, 0, 2}, lengths{5, 1, 2, 2};
+  const int64_t B = 4, Hq = 2, Hk = 1, D = 4, block = 2, pages = 3;
+  const Tensor table = from_vector(std::vector<int64_t>{4, 0, 6, 1, -1, -1, 2, -1, -1, 3, -1, -1},
+                                   {B, pages});
+  const Tensor len = from_vector(lengths, {B});
+  Tensor k_pool = rnd({7, block, Hk, D}, 2).requires_grad_(true);
+  Tensor v_pool = rnd({7, block, Hk, D}, 3).requires_grad_(true);
+  Tensor q = rnd({6, Hq, D}, 1).requires_grad_(true);  // (Tq, Hq, D)
+  SdpaOptions o;
+  o.causal = true;
+  o.causal_align = CausalAlign::BottomRight;
+  o.alibi = true;
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 4, 4, 6}, {B + 1});
+  const SdpaResult r = sdpa_paged(q, k_pool, v_pool, table, len, o);
+  CHECK(r.out.sizes() == Shape{6, Hq, D});
+  CHECK(r.stats.sizes() == Shape{6, Hq, 1});
+  const Tensor w = rnd({6, Hq, D}, 4);
+  const std::vector<Tensor> g = grad({sum(mul(r.out, w))}, {q, k_pool, v_pool});
+  // The reference: one sequence at a time, q as (1, Hq, n, D).
+  SdpaOptions one = o;
+  one.cu_seqlens_q.reset();
+  std::vector<Tensor> want_g{zeros_like(q), zeros_like(k_pool), zeros_like(v_pool)};
+  int64_t at = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = n_q[static_cast<size_t>(b)];
+    if (n == 0) continue;
+    Tensor qb = q.detach().narrow(0, at, n).transpose(0, 1).unsqueeze(0).requires_grad_(true);
+    const SdpaResult rb = sdpa_paged(qb, k_pool, v_pool, table.narrow(0, b, 1),
+                                     len.narrow(0, b, 1), one);
+    const Tensor got = r.out.narrow(0, at, n).transpose(0, 1).unsqueeze(0);
+    tgtest::check_close(got.contiguous().to_vector<double>(), rb.out.to_vector<double>(), 1e-12);
+    const Tensor wb = w.narrow(0, at, n).transpose(0, 1).unsqueeze(0);
+    const std::vector<Tensor> gb = grad({sum(mul(rb.out, wb))}, {qb, k_pool, v_pool});
+    want_g[0].narrow(0, at, n).copy_(gb[0].squeeze(0).transpose(0, 1));
+    want_g[1].add_(gb[1]);
+    want_g[2].add_(gb[2]);
+    at += n;
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    tgtest::check_close(g[i].to_vector<double>(), want_g[i].to_vector<double>(), 1e-12);
+  }
+  SdpaOptions bad = o;
+  bad.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 2, 4, 6}, {B + 1});
+  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); },
+                           "[sdpa_paged]", "'cu_seqlens_q' must not decrease");
+  bad.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 4, 4, 5}, {B + 1});
+  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); },
+                           "[sdpa_paged]", "from 0 to q's 6 rows");
+  check_throws_with_prefix(
+      [&] { sdpa_paged(q.unsqueeze(0), k_pool, v_pool, table, len, o); }, "[sdpa_paged]",
+      "must be ragged (Tq, Hq, D)");
+}
+
 TEST_CASE("sdpa_paged: gradcheck through q and both pools") {
   const Tensor table = from_vector(std::vector<int64_t>{2, 0, 1, -1}, {2, 2});
   const Tensor len = from_vector(std::vector<int64_t>{3, 2}, {2});
