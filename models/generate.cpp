@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "autograd/grad_mode.h"
@@ -12,61 +13,124 @@
 
 namespace tg::nn {
 
-std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
-                            const SampleOptions& opts, Generator& gen) {
-  TG_CHECK(!prompt.empty(), "sample", "argument 'prompt' must hold at least one token");
+namespace {
+
+void check_sample_options(const SampleOptions& opts) {
   TG_CHECK(opts.temperature >= 0, "sample", "argument 'temperature' must be >= 0, got ",
            opts.temperature);
   TG_CHECK(opts.top_k >= 0, "sample", "argument 'top_k' must be >= 0, got ", opts.top_k);
-  const int64_t vocab = model.config().vocab;
+}
+
+void check_prompt(const std::vector<int64_t>& prompt, int64_t vocab, const char* what) {
+  TG_CHECK(!prompt.empty(), "sample", what, " must hold at least one token");
   for (int64_t id : prompt) {
-    TG_CHECK(id >= 0 && id < vocab, "sample", "prompt token ", id,
-             " is outside the vocabulary [0, ", vocab, ")");
+    TG_CHECK(id >= 0 && id < vocab, "sample", what, " has token ", id,
+             ", outside the vocabulary [0, ", vocab, ")");
   }
+}
+
+// The next token from the logits z: the largest (greedy), or a sample of softmax(z / T) among
+// the top k drawn with one Philox uniform.
+int64_t pick_next(std::vector<double> z, const SampleOptions& opts, Generator& gen) {
+  const auto vocab = static_cast<int64_t>(z.size());
+  if (opts.temperature == 0) return std::max_element(z.begin(), z.end()) - z.begin();
+  if (opts.top_k > 0 && opts.top_k < vocab) {
+    std::vector<double> keep = z;
+    std::nth_element(keep.begin(), keep.begin() + (opts.top_k - 1), keep.end(),
+                     std::greater<double>());
+    const double kth = keep[opts.top_k - 1];
+    for (auto& v : z) v = v >= kth ? v : -INFINITY;
+  }
+  const double zmax = *std::max_element(z.begin(), z.end());
+  double total = 0;
+  for (auto& v : z) total += (v = std::exp((v - zmax) / opts.temperature));
+  const double u = philox_uniform(gen.seed, gen.take(1)) * total;
+  double acc = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    acc += z[i];
+    if (u <= acc && z[i] > 0) return i;
+  }
+  return vocab - 1;
+}
+
+// The tokens a sequence feeds next: `feed`, unless the cache and it would pass the context;
+// then the last `context` tokens of `seq`, from position 0 (`restart` says so).
+std::vector<int64_t> within_context(const std::vector<int64_t>& seq, std::vector<int64_t> feed,
+                                    int64_t cached, int64_t context, bool& restart) {
+  restart = context > 0 && cached + static_cast<int64_t>(feed.size()) > context;
+  if (!restart) return feed;
+  return {seq.end() - std::min<int64_t>(context, static_cast<int64_t>(seq.size())), seq.end()};
+}
+
+}  // namespace
+
+std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
+                            const SampleOptions& opts, Generator& gen) {
+  check_sample_options(opts);
+  check_prompt(prompt, model.config().vocab, "argument 'prompt'");
   NoGradGuard no_grad;  // the cached forward runs without dropout, whatever the mode
   std::vector<int64_t> seq = prompt, out;
   KVCache cache;
   std::vector<int64_t> feed = prompt;  // tokens the cache has not seen yet
   for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
-    if (opts.context > 0 && cache.length() + static_cast<int64_t>(feed.size()) > opts.context) {
-      // Past the context: start again from the last `context` tokens at position 0.
-      cache = KVCache();
-      feed.assign(seq.end() - std::min<int64_t>(opts.context, static_cast<int64_t>(seq.size())),
-                  seq.end());
-    }
-    const int64_t n = static_cast<int64_t>(feed.size());
+    bool restart = false;
+    feed = within_context(seq, feed, cache.length(), opts.context, restart);
+    if (restart) cache = KVCache();  // past the context: again from position 0
+    const auto n = static_cast<int64_t>(feed.size());
     Tensor logits = model.forward(
         from_vector(feed, {1, n}, TensorOptions(kInt64).device(model.device())), cache);
-    std::vector<double> z = logits.slice(1, n - 1, n).to_vector<double>();
-    int64_t next = 0;
-    if (opts.temperature == 0) {
-      next = std::max_element(z.begin(), z.end()) - z.begin();
-    } else {
-      // Keep the k largest logits, then sample softmax(z / T) with one Philox uniform.
-      std::vector<double> keep = z;
-      if (opts.top_k > 0 && opts.top_k < vocab) {
-        std::nth_element(keep.begin(), keep.begin() + (opts.top_k - 1), keep.end(),
-                         std::greater<double>());
-        const double kth = keep[opts.top_k - 1];
-        for (auto& v : z) v = v >= kth ? v : -INFINITY;
-      }
-      const double zmax = *std::max_element(z.begin(), z.end());
-      double total = 0;
-      for (auto& v : z) total += (v = std::exp((v - zmax) / opts.temperature));
-      const double u = philox_uniform(gen.seed, gen.take(1)) * total;
-      double acc = 0;
-      next = vocab - 1;
-      for (int64_t i = 0; i < vocab; ++i) {
-        acc += z[i];
-        if (u <= acc && z[i] > 0) {
-          next = i;
-          break;
-        }
-      }
-    }
+    const int64_t next = pick_next(logits.slice(1, n - 1, n).to_vector<double>(), opts, gen);
     seq.push_back(next);
     out.push_back(next);
     feed.assign(1, next);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> sample(const Transformer& model,
+                                         const std::vector<std::vector<int64_t>>& prompts,
+                                         const SampleOptions& opts, Generator& gen) {
+  check_sample_options(opts);
+  TG_CHECK(opts.block_size > 0, "sample", "argument 'block_size' must be positive, got ",
+           opts.block_size);
+  TG_CHECK(model.device() == kCPU, "sample",
+           "several prompts decode through a paged K/V cache, which runs on the CPU for now; "
+           "the model is on ",
+           model.device());
+  for (size_t b = 0; b < prompts.size(); ++b)
+    check_prompt(prompts[b], model.config().vocab, ("prompt " + std::to_string(b)).c_str());
+  NoGradGuard no_grad;
+  // The pools hold what every sequence caches at most (its prompt and all but the last new
+  // token, or the context): they never grow, and hold at most one partial block per sequence.
+  int64_t blocks = 0;
+  for (const auto& p : prompts) {
+    int64_t most = static_cast<int64_t>(p.size()) + opts.max_new_tokens - 1;
+    if (opts.context > 0) most = std::min(most, opts.context);
+    blocks += (most + opts.block_size - 1) / opts.block_size;
+  }
+  PagedKVCache cache = model.paged_cache(opts.block_size, blocks);
+  std::vector<std::vector<int64_t>> seqs = prompts, feeds = prompts, out(prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) cache.add_sequence();
+  for (int64_t step = 0; step < opts.max_new_tokens && !prompts.empty(); ++step) {
+    std::vector<int64_t> ids, counts;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      bool restart = false;
+      feeds[b] = within_context(seqs[b], feeds[b], cache.length(static_cast<int64_t>(b)),
+                                opts.context, restart);
+      if (restart) cache.clear(static_cast<int64_t>(b));
+      ids.insert(ids.end(), feeds[b].begin(), feeds[b].end());
+      counts.push_back(static_cast<int64_t>(feeds[b].size()));
+    }
+    const Tensor logits =
+        model.forward(from_vector(ids, {static_cast<int64_t>(ids.size())}), counts, cache);
+    int64_t last = -1;  // each sequence's last fed token: its row of logits predicts the next
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      last += counts[b];
+      const int64_t next = pick_next(logits.narrow(0, last, 1).to_vector<double>(), opts, gen);
+      seqs[b].push_back(next);
+      out[b].push_back(next);
+      feeds[b].assign(1, next);
+    }
   }
   return out;
 }

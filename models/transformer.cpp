@@ -10,6 +10,7 @@
 #include "ops/nn.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
+#include "ops/sdpa_paged.h"
 
 namespace tg::nn {
 
@@ -116,6 +117,25 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& pa
   return wo_->forward(o.reshape({t, hq * dh}));
 }
 
+Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
+                         const PagedStep& step) const {
+  const int64_t t = x.size(0), dh = cfg_.head_dim(), hq = cfg_.heads, hk = cfg_.kv_heads;
+  RopeOptions ro;
+  ro.theta = cfg_.rope_theta;
+  ro.seq_dim = 0;  // (T, H, D)
+  ro.positions = step.positions;
+  std::vector<Tensor> qkv = split(wqkv_->forward(x).view({t, hq + 2 * hk, dh}), {hq, hk, hk}, 1);
+  cache.write(layer, step, rope(qkv[1], ro), qkv[2]);
+  SdpaOptions so;
+  so.causal = true;
+  so.causal_align = CausalAlign::BottomRight;  // the new tokens are each sequence's last
+  so.cu_seqlens_q = step.cu_seqlens;
+  Tensor o = sdpa_paged(rope(qkv[0], ro), cache.k_pool(layer), cache.v_pool(layer),
+                        step.page_table, step.seq_len_kv, so)
+                 .out;  // (T, Hq, Dh)
+  return wo_->forward(o.reshape({t, hq * dh}));
+}
+
 MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {
   w13_ = register_module(
       "w13", std::make_shared<Linear>(d_model, 2 * hidden, false, gen, kInitStd, dtype));
@@ -146,6 +166,11 @@ Tensor Block::forward(const Tensor& x, Generator& dropout, LayerCache* cache) co
 
 Tensor Block::forward(const Tensor& x, Generator& dropout, const Packing& packing) const {
   return mlp_residual(add(x, attn_->forward(attn_norm_->forward(x), dropout, packing)));
+}
+
+Tensor Block::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
+                     const PagedStep& step) const {
+  return mlp_residual(add(x, attn_->forward(attn_norm_->forward(x), cache, layer, step)));
 }
 
 Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg) {
@@ -229,6 +254,37 @@ Tensor Transformer::forward(const Tensor& ids, KVCache& cache) const {
   Generator unused{0, 0};  // attention runs without dropout on the cached path
   Tensor h = embed_->forward(ids);
   for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, unused, &cache.layers[i]);
+  return logits(h);
+}
+
+PagedKVCache Transformer::paged_cache(int64_t block_size, int64_t capacity) const {
+  return {cfg_.layers, cfg_.kv_heads, cfg_.head_dim(), block_size, capacity, cfg_.dtype, device()};
+}
+
+Tensor Transformer::forward(const Tensor& ids, const std::vector<int64_t>& new_tokens,
+                            PagedKVCache& cache) const {
+  TG_CHECK(ids.defined() && ids.dim() == 1 && ids.dtype() == kInt64, "Transformer",
+           "argument 'ids' of a paged decoding step must be int64 (tokens), got ",
+           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
+                         : std::string("(undefined)"));
+  const Tensor& pool = cache.k_pool(0);
+  TG_CHECK(cache.layers() == cfg_.layers && pool.size(2) == cfg_.kv_heads &&
+               pool.size(3) == cfg_.head_dim() && pool.dtype() == cfg_.dtype &&
+               pool.device() == device(),
+           "Transformer", "the paged cache does not fit the model: ", cache.layers(),
+           " layers of blocks ", shape_str(pool.sizes()), " ", dtype_name(pool.dtype()), " on ",
+           pool.device(), ", the model wants ", cfg_.layers, " layers of (blocks, block, ",
+           cfg_.kv_heads, ", ", cfg_.head_dim(), ") ", dtype_name(cfg_.dtype), " on ", device(),
+           " (Transformer::paged_cache makes one that fits)");
+  int64_t total = 0;
+  for (int64_t n : new_tokens) total += n;
+  TG_CHECK(total == ids.size(0), "Transformer", "argument 'new_tokens' must add up to the ",
+           ids.size(0), " tokens of 'ids', got ", total);
+  const PagedStep step = cache.begin(new_tokens);
+  Tensor h = embed_->forward(ids);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    h = blocks_[i]->forward(h, cache, static_cast<int64_t>(i), step);
+  cache.end(step);
   return logits(h);
 }
 

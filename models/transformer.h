@@ -7,6 +7,7 @@
 
 #include "core/philox.h"
 #include "models/layers.h"
+#include "models/paged_cache.h"
 
 namespace tg::nn {
 
@@ -62,6 +63,11 @@ class Attention : public Module {
   Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
   // A packed batch: x (T, d_model) -> (T, d_model), causal within each sequence (ragged sdpa).
   Tensor forward(const Tensor& x, Generator& dropout, const Packing& packing) const;
+  // Decoding through a paged cache: x (T, d_model) holds the step's new tokens (step.positions
+  // say where each sits in its sequence); their keys and values go into layer `layer` of the
+  // cache, then they attend to their sequence's cached tokens and themselves (causal,
+  // bottom-right: the new tokens are each sequence's last). No dropout.
+  Tensor forward(const Tensor& x, PagedKVCache& cache, int64_t layer, const PagedStep& step) const;
 
  private:
   TransformerConfig cfg_;
@@ -85,6 +91,7 @@ class Block : public Module {
   Block(const TransformerConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x, Generator& dropout, LayerCache* cache = nullptr) const;
   Tensor forward(const Tensor& x, Generator& dropout, const Packing& packing) const;
+  Tensor forward(const Tensor& x, PagedKVCache& cache, int64_t layer, const PagedStep& step) const;
 
  private:
   Tensor mlp_residual(const Tensor& h) const;  // h + mlp(norm(h))
@@ -115,6 +122,16 @@ class Transformer : public Module {
   // Incremental decoding: ids (B, s) continue the tokens in `cache` (empty at first); returns
   // their logits and appends their keys and values. Runs without dropout.
   Tensor forward(const Tensor& ids, KVCache& cache) const;
+  // Decoding several sequences of different lengths at once: ids (T) int64 hold each cached
+  // sequence's new tokens back to back, new_tokens[b] of them for sequence b of `cache` (0 is
+  // allowed); returns their logits (T, vocab) and caches their keys and values. Each token
+  // sees its own sequence only, at its position in it: the logits are those of each sequence
+  // run alone. Runs without dropout, on the CPU for now (tg::sdpa_paged).
+  Tensor forward(const Tensor& ids, const std::vector<int64_t>& new_tokens,
+                 PagedKVCache& cache) const;
+  // An empty paged cache for this model (its layers, key/value heads, dtype and device):
+  // blocks of `block_size` tokens, `capacity` of them allocated up front.
+  PagedKVCache paged_cache(int64_t block_size, int64_t capacity) const;
   const TransformerConfig& config() const { return cfg_; }
 
  private:
