@@ -15,17 +15,18 @@ namespace tg::nn {
 
 namespace {
 
-void check_sample_options(const SampleOptions& opts) {
-  TG_CHECK(opts.temperature >= 0, "sample", "argument 'temperature' must be >= 0, got ",
+void check_sample_options(const SampleOptions& opts, const char* op) {
+  TG_CHECK(opts.temperature >= 0, op, "argument 'temperature' must be >= 0, got ",
            opts.temperature);
-  TG_CHECK(opts.top_k >= 0, "sample", "argument 'top_k' must be >= 0, got ", opts.top_k);
+  TG_CHECK(opts.top_k >= 0, op, "argument 'top_k' must be >= 0, got ", opts.top_k);
 }
 
-void check_prompt(const std::vector<int64_t>& prompt, int64_t vocab, const char* what) {
-  TG_CHECK(!prompt.empty(), "sample", what, " must hold at least one token");
+void check_prompt(const std::vector<int64_t>& prompt, int64_t vocab, const char* op,
+                  const std::string& what) {
+  TG_CHECK(!prompt.empty(), op, what, " must hold at least one token");
   for (int64_t id : prompt) {
-    TG_CHECK(id >= 0 && id < vocab, "sample", what, " has token ", id,
-             ", outside the vocabulary [0, ", vocab, ")");
+    TG_CHECK(id >= 0 && id < vocab, op, what, " has token ", id, ", outside the vocabulary [0, ",
+             vocab, ")");
   }
 }
 
@@ -66,8 +67,8 @@ std::vector<int64_t> within_context(const std::vector<int64_t>& seq, std::vector
 
 std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>& prompt,
                             const SampleOptions& opts, Generator& gen) {
-  check_sample_options(opts);
-  check_prompt(prompt, model.config().vocab, "argument 'prompt'");
+  check_sample_options(opts, "sample");
+  check_prompt(prompt, model.config().vocab, "sample", "argument 'prompt'");
   NoGradGuard no_grad;  // the cached forward runs without dropout, whatever the mode
   std::vector<int64_t> seq = prompt, out;
   KVCache cache;
@@ -87,18 +88,19 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
   return out;
 }
 
-std::vector<std::vector<int64_t>> sample(const Transformer& model,
-                                         const std::vector<std::vector<int64_t>>& prompts,
-                                         const SampleOptions& opts, Generator& gen) {
-  check_sample_options(opts);
-  TG_CHECK(opts.block_size > 0, "sample", "argument 'block_size' must be positive, got ",
+std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
+                                               const std::vector<std::vector<int64_t>>& prompts,
+                                               const SampleOptions& opts, Generator& gen) {
+  constexpr const char* kOp = "sample_batch";
+  check_sample_options(opts, kOp);
+  TG_CHECK(opts.block_size > 0, kOp, "argument 'block_size' must be positive, got ",
            opts.block_size);
-  TG_CHECK(model.device() == kCPU, "sample",
+  TG_CHECK(model.device() == kCPU, kOp,
            "several prompts decode through a paged K/V cache, which runs on the CPU for now; "
            "the model is on ",
            model.device());
   for (size_t b = 0; b < prompts.size(); ++b)
-    check_prompt(prompts[b], model.config().vocab, ("prompt " + std::to_string(b)).c_str());
+    check_prompt(prompts[b], model.config().vocab, kOp, "prompt " + std::to_string(b));
   NoGradGuard no_grad;
   // The pools hold what every sequence caches at most (its prompt and all but the last new
   // token, or the context): they never grow, and hold at most one partial block per sequence.

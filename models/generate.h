@@ -30,9 +30,9 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
 // length, and greedy decoding gives each one the tokens `sample` gives it alone. Sampling
 // draws one uniform per prompt per step, step after step and prompt after prompt, so a
 // single prompt draws what `sample` draws. Returns each prompt's new tokens. CPU only for now.
-std::vector<std::vector<int64_t>> sample(const Transformer& model,
-                                         const std::vector<std::vector<int64_t>>& prompts,
-                                         const SampleOptions& opts, Generator& gen);
+std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
+                                               const std::vector<std::vector<int64_t>>& prompts,
+                                               const SampleOptions& opts, Generator& gen);
 
 // Greedy continuation of every row of prompts (B, P) int64 by `steps` tokens: (B, steps).
 Tensor greedy_decode(const Transformer& model, const Tensor& prompts, int64_t steps);

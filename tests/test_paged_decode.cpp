@@ -1,6 +1,6 @@
 // Decoding through a paged K/V cache: the cache's block bookkeeping, the model's paged steps
 // against each sequence run alone (float64), paged against contiguous decoding bitwise
-// (float32), and multi-prompt sampling against one prompt at a time.
+// (float32), and sample_batch against sample one prompt at a time.
 #include <vector>
 
 #include "test_util.h"
@@ -136,14 +136,14 @@ TEST_CASE("paged decoding is bitwise the contiguous cache's (float32)") {
   so.temperature = 0;
   so.block_size = 4;
   Generator g0{1, 0};
-  const std::vector<Ids> together = nn::sample(model, mixed, so, g0);
+  const std::vector<Ids> together = nn::sample_batch(model, mixed, so, g0);
   for (size_t b = 0; b < mixed.size(); ++b) {
     Generator g{1, 0};
     CHECK(together[b] == nn::sample(model, mixed[b], so, g));
   }
 }
 
-TEST_CASE("multi-prompt sampling: one prompt draws what sample draws, context restarts alike") {
+TEST_CASE("sample_batch: one prompt draws what sample draws, context restarts alike") {
   nn::Transformer model(float32_config(), 3);
   model.eval();
   nn::SampleOptions so;
@@ -155,8 +155,8 @@ TEST_CASE("multi-prompt sampling: one prompt draws what sample draws, context re
     CAPTURE(context);
     so.context = context;
     Generator g1{4, 0}, g2{4, 0};
-    const Ids alone = nn::sample(model, Ids{3, 1, 4, 1}, so, g1);
-    const std::vector<Ids> together = nn::sample(model, std::vector<Ids>{{3, 1, 4, 1}}, so, g2);
+    const Ids alone = nn::sample(model, {3, 1, 4, 1}, so, g1);
+    const std::vector<Ids> together = nn::sample_batch(model, {{3, 1, 4, 1}}, so, g2);
     CHECK(together.front() == alone);
     CHECK(g1.offset == g2.offset);
   }
@@ -164,16 +164,16 @@ TEST_CASE("multi-prompt sampling: one prompt draws what sample draws, context re
   so.context = 5;
   const std::vector<Ids> prompts{{2, 7, 1, 8, 2, 8, 1}, {3}};
   Generator g{0, 0};
-  const std::vector<Ids> together = nn::sample(model, prompts, so, g);
+  const std::vector<Ids> together = nn::sample_batch(model, prompts, so, g);
   for (size_t b = 0; b < prompts.size(); ++b) {
     Generator g1{0, 0};
     CHECK(together[b] == nn::sample(model, prompts[b], so, g1));
   }
-  check_throws_with_prefix([&] { nn::sample(model, std::vector<Ids>{{1}, {}}, so, g); },
-                           "[sample]", "prompt 1 must hold at least one token");
-  check_throws_with_prefix([&] { nn::sample(model, std::vector<Ids>{{40}}, so, g); }, "[sample]",
+  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{1}, {}}, so, g); },
+                           "[sample_batch]", "prompt 1 must hold at least one token");
+  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{40}}, so, g); }, "[sample_batch]",
                            "prompt 0 has token 40, outside the vocabulary [0, 37)");
   so.block_size = 0;
-  check_throws_with_prefix([&] { nn::sample(model, std::vector<Ids>{{1}}, so, g); }, "[sample]",
+  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{1}}, so, g); }, "[sample_batch]",
                            "'block_size' must be positive");
 }

@@ -1,12 +1,14 @@
 #!/bin/sh
 # The train CLI on packed batches, end to end: tasks of random sizes pack by default; a run
 # resumed halfway gives the uninterrupted loss curve bitwise; a run resumes only with its own
-# packing; text trains on its lines, packed.
-#   train_packed.sh <train binary> <work dir> <a text file>
+# packing; text trains on its lines, packed; generate decodes several prompts of different
+# lengths at once (paged cache) as it decodes each alone.
+#   train_packed.sh <train binary> <work dir> <a text file> <generate binary>
 set -eu
 train=$1
 work=$2
 text=$3
+generate=$4
 flags="--task reverse --task-size 5 --random-sizes --layers 1 --d-model 32 --heads 2
        --kv-heads 1 --batch 8 --eval-every 4 --eval-examples 16 --samples 2 --threads 1"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
@@ -22,6 +24,15 @@ grep -q "final: exact match" whole.log || { echo "no evaluation"; cat whole.log;
 "$train" $flags --steps 12 --resume --out half > half2.log
 cmp -s whole/loss.csv half/loss.csv || { echo "resumed curve differs"; diff whole/loss.csv half/loss.csv; exit 1; }
 
+gen="$generate --checkpoint whole/model.safetensors --tokens 6 --block-size 4"
+$gen --prompt "abc=" --prompt "e=" --prompt "dcbae=" > together.txt
+printf 'e=\n\ndcbae=\n' > prompts.txt
+$gen --prompt "abc=" --prompts prompts.txt > from_file.txt
+for p in "abc=" "e=" "dcbae="; do $gen --prompt "$p"; done > alone.txt
+[ "$(wc -l < together.txt)" -eq 3 ] && cmp -s together.txt alone.txt &&
+  cmp -s together.txt from_file.txt ||
+  { echo "prompts decoded together differ from each alone"; cat together.txt alone.txt from_file.txt; exit 1; }
+
 set +e
 # shellcheck disable=SC2086
 "$train" $flags --steps 14 --resume --pack off --out half > other.log 2>&1
@@ -34,4 +45,5 @@ set -e
   --kv-heads 1 --eval-every 0 --threads 1 --out text > text.log
 grep -q "(lines)" text.log && grep -q "final: validation loss" text.log ||
   { echo "text not packed"; cat text.log; exit 1; }
-echo "packed training resumes bitwise and keeps its packing; text trains on its lines"
+echo "packed training resumes bitwise and keeps its packing; text trains on its lines;"
+echo "prompts decoded together equal each alone"
