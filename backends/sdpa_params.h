@@ -24,6 +24,11 @@ struct SdpaParams {
   // only its own rows exist (Sq, Skv above are the longest lengths; the mask, the score
   // gradient and dropout's element index keep the padded (B, Hq, Sq, Skv) layout).
   View cu_seqlens_q, cu_seqlens_kv;
+  // Optional, ragged and forward only (the CPU kernel; tg::sdpa_paged without gradients): int64
+  // contiguous, one entry per key row: key row cu_seqlens_kv[b] + j lies at row
+  // kv_rows[cu_seqlens_kv[b] + j] of the k and v row views, so a paged cache's blocks are
+  // read in place instead of gathered first.
+  View kv_rows;
   double scale = 1.0;
   double softcap = 0.0;
   bool causal = false;

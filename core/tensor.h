@@ -139,6 +139,11 @@ class Tensor {
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
   Tensor& copy_(const Tensor& src);
+  // self.select(dim, index[i]) = source.select(dim, i) for each i (PyTorch's index_copy_):
+  // index 1-D int64 of distinct entries in [0, size(dim)); source self's shape with
+  // index.numel() along dim, self's dtype and device. One kernel when self is contiguous and
+  // dim is 0 (a paged cache's new rows), else a copy per index.
+  Tensor& index_copy_(int64_t dim, const Tensor& index, const Tensor& source);
   Tensor& zero_();
   Tensor& fill_(double value);
 

@@ -12,8 +12,8 @@ namespace {
 constexpr const char* kName = "PagedKVCache";
 }
 
-PagedKVCache::PagedKVCache(int64_t layers, int64_t kv_heads, int64_t head_dim,
-                           int64_t block_size, int64_t capacity, DType dtype, Device device)
+PagedKVCache::PagedKVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size,
+                           int64_t capacity, DType dtype, Device device)
     : block_size_(block_size) {
   TG_CHECK(layers > 0 && kv_heads > 0 && head_dim > 0, kName,
            "arguments 'layers', 'kv_heads' and 'head_dim' must be positive, got ", layers, ", ",
@@ -55,7 +55,9 @@ int64_t PagedKVCache::length(int64_t seq) const {
 
 int64_t PagedKVCache::capacity() const { return k_.front().size(0); }
 
-int64_t PagedKVCache::blocks_in_use() const { return capacity() - static_cast<int64_t>(free_.size()); }
+int64_t PagedKVCache::blocks_in_use() const {
+  return capacity() - static_cast<int64_t>(free_.size());
+}
 
 int64_t PagedKVCache::bytes() const {
   int64_t total = 0;
@@ -88,20 +90,18 @@ PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
   TG_CHECK(static_cast<int64_t>(new_tokens.size()) == sequences(), kName, "a step needs one count ",
            "of new tokens per sequence (", sequences(), "), got ", new_tokens.size());
   PagedStep step;
-  std::vector<int64_t> cu{0}, after;
+  std::vector<int64_t> cu{0}, after, slots;
   int64_t pages = 0;
   for (size_t s = 0; s < new_tokens.size(); ++s) {
     const int64_t n = new_tokens[s], len = lengths_[s];
     TG_CHECK(n >= 0, kName, "sequence ", s, " must get >= 0 new tokens, got ", n);
     auto& own = pages_[s];
     while (static_cast<int64_t>(own.size()) * block_size_ < len + n) own.push_back(take_block());
-    for (int64_t i = 0; i < n;) {  // runs of rows within one block
-      const int64_t pos = len + i, row = pos % block_size_;
-      const int64_t rows = std::min(n - i, block_size_ - row);
-      step.runs.push_back({cu.back() + i, rows, own[static_cast<size_t>(pos / block_size_)], row});
-      i += rows;
+    for (int64_t pos = len; pos < len + n; ++pos) {
+      step.positions.push_back(pos);
+      slots.push_back(own[static_cast<size_t>(pos / block_size_)] * block_size_ +
+                      pos % block_size_);
     }
-    for (int64_t i = 0; i < n; ++i) step.positions.push_back(len + i);
     cu.push_back(cu.back() + n);
     after.push_back(len + n);
     pages = std::max(pages, static_cast<int64_t>(own.size()));
@@ -114,6 +114,7 @@ PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
   step.cu_seqlens = from_vector(cu, {batch + 1}).to(device);
   step.page_table = from_vector(table, {batch, pages}).to(device);
   step.seq_len_kv = from_vector(after, {batch}).to(device);
+  step.slots = from_vector(slots, {static_cast<int64_t>(slots.size())}).to(device);
   return step;
 }
 
@@ -128,11 +129,8 @@ void PagedKVCache::write(int64_t layer, const PagedStep& step, const Tensor& k, 
                  src->size(2) == pool->size(3),
              kName, "the step's new keys and values must be (", tokens, ", ", pool->size(2), ", ",
              pool->size(3), "), got ", shape_str(src->sizes()));
-    for (const PagedStep::Run& r : step.runs) {
-      pool->narrow(0, r.block, 1)
-          .narrow(1, r.row, r.rows)
-          .copy_(src->narrow(0, r.token, r.rows).unsqueeze(0));
-    }
+    Tensor rows = pool->view({pool->size(0) * block_size_, pool->size(2), pool->size(3)});
+    rows.index_copy_(0, step.slots, *src);
   }
 }
 

@@ -19,11 +19,7 @@ struct PagedStep {
   std::vector<int64_t> positions;  // (T): each new token's position in its sequence
   Tensor page_table;               // (B, pages) int64, -1 past a sequence's blocks
   Tensor seq_len_kv;               // (B) int64: each sequence's length after the step
-  // The new rows to write, in runs of consecutive rows of one block.
-  struct Run {
-    int64_t token, rows, block, row;  // tokens [token, token + rows) go to block rows [row, ...)
-  };
-  std::vector<Run> runs;
+  Tensor slots;  // (T) int64: the pool row (block * block_size + row) of each new token
 };
 
 // Keeps the invariant that every block is either free or owned by exactly one sequence, and
@@ -36,8 +32,8 @@ class PagedKVCache {
   PagedKVCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size,
                int64_t capacity, DType dtype, Device device);
 
-  int64_t add_sequence();    // a new empty sequence; returns its index
-  void clear(int64_t seq);   // gives the sequence's blocks back; it stays, empty
+  int64_t add_sequence();   // a new empty sequence; returns its index
+  void clear(int64_t seq);  // gives the sequence's blocks back; it stays, empty
   int64_t sequences() const { return static_cast<int64_t>(pages_.size()); }
   int64_t layers() const { return static_cast<int64_t>(k_.size()); }
   int64_t length(int64_t seq) const;  // tokens cached
@@ -61,7 +57,7 @@ class PagedKVCache {
   void check_sequence(int64_t seq, const char* arg) const;
 
   int64_t block_size_;
-  std::vector<Tensor> k_, v_;               // per layer (capacity, block_size, Hk, Dh)
+  std::vector<Tensor> k_, v_;                // per layer (capacity, block_size, Hk, Dh)
   std::vector<std::vector<int64_t>> pages_;  // per sequence: its blocks in order
   std::vector<int64_t> lengths_;             // per sequence: tokens cached
   std::vector<int64_t> free_;                // blocks nobody owns (taken from the back)

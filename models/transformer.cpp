@@ -118,7 +118,7 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& pa
 }
 
 Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
-                         const PagedStep& step) const {
+                          const PagedStep& step) const {
   const int64_t t = x.size(0), dh = cfg_.head_dim(), hq = cfg_.heads, hk = cfg_.kv_heads;
   RopeOptions ro;
   ro.theta = cfg_.rope_theta;
@@ -130,8 +130,8 @@ Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
   so.causal = true;
   so.causal_align = CausalAlign::BottomRight;  // the new tokens are each sequence's last
   so.cu_seqlens_q = step.cu_seqlens;
-  Tensor o = sdpa_paged(rope(qkv[0], ro), cache.k_pool(layer), cache.v_pool(layer),
-                        step.page_table, step.seq_len_kv, so)
+  Tensor o = sdpa_paged(rope(qkv[0], ro), cache.k_pool(layer), cache.v_pool(layer), step.page_table,
+                        step.seq_len_kv, so)
                  .out;  // (T, Hq, Dh)
   return wo_->forward(o.reshape({t, hq * dh}));
 }
@@ -169,7 +169,7 @@ Tensor Block::forward(const Tensor& x, Generator& dropout, const Packing& packin
 }
 
 Tensor Block::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
-                     const PagedStep& step) const {
+                      const PagedStep& step) const {
   return mlp_residual(add(x, attn_->forward(attn_norm_->forward(x), cache, layer, step)));
 }
 

@@ -80,6 +80,48 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+Tensor& Tensor::index_copy_(int64_t dim, const Tensor& index, const Tensor& source) {
+  constexpr const char* kOp = "index_copy_";
+  check_inplace(*this, kOp);
+  detail::check_defined(index, kOp, "index");
+  detail::check_defined(source, kOp, "source");
+  detail::check_dtype(index, kInt64, kOp, "index");
+  TG_CHECK(index.dim() == 1, kOp, "argument 'index' must be 1-D, got shape ",
+           shape_str(index.sizes()));
+  detail::check_same_device(*this, index, kOp, "index");
+  detail::check_same_device(*this, source, kOp, "source");
+  detail::check_same_dtype(*this, source, kOp, "source");
+  TG_CHECK(this->dim() >= 1, kOp, "argument 'self' must have at least 1 dim, got a scalar");
+  const int64_t d = normalize_dim(dim, this->dim(), kOp);
+  Shape want = sizes();
+  want[static_cast<size_t>(d)] = index.numel();
+  TG_CHECK(source.sizes() == want, kOp, "argument 'source' must have shape ", shape_str(want),
+           " (self's with index's ", index.numel(), " entries along dim ", d, "), got ",
+           shape_str(source.sizes()));
+  const std::vector<int64_t> at = index.to_vector<int64_t>();
+  std::vector<bool> seen(static_cast<size_t>(size(d)), false);
+  for (size_t i = 0; i < at.size(); ++i) {
+    TG_CHECK(at[i] >= 0 && at[i] < size(d), kOp, "argument 'index' holds ", at[i], " at ", i,
+             ", outside [0, ", size(d), ")");
+    TG_CHECK(!seen[static_cast<size_t>(at[i])], kOp, "argument 'index' holds ", at[i],
+             " twice: which source row would win is undefined");
+    seen[static_cast<size_t>(at[i])] = true;
+  }
+  if (at.empty() || numel() == 0) return *this;
+  if (d == 0 && is_contiguous()) {
+    const int64_t width = numel() / size(0);
+    const Tensor src = source.detach().contiguous(), ids = index.contiguous();
+    detail::backend_of(*this).scatter_rows(
+        View{src.raw_data(), dtype(), {src.size(0), width}, {width, 1}}, detail::view_of(ids),
+        View{raw_data(), dtype(), {size(0), width}, {width, 1}});
+    impl()->storage->bump_version();
+    return *this;
+  }
+  for (size_t i = 0; i < at.size(); ++i)
+    narrow(d, at[i], 1).copy_(source.narrow(d, static_cast<int64_t>(i), 1));
+  return *this;
+}
+
 namespace {
 
 // self = value, with errors named for `op` (fill_ or zero_).

@@ -139,11 +139,11 @@ Shape rows_of_q(const Tensor& q, int64_t last) {
 
 }  // namespace
 
-SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                        const SdpaOptions& opts) {
-  SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  check_ragged_device(p, q);
-  const Shape out_shape = rows_of_q(q, v.sizes().back()), stats_shape = rows_of_q(q, 1);
+namespace {
+
+// The forward kernel on checked parameters: out (q's shape, last dim dv) and stats.
+SdpaResult run_forward(const Tensor& q, int64_t dv, SdpaParams p) {
+  const Shape out_shape = rows_of_q(q, dv), stats_shape = rows_of_q(q, 1);
   const TensorOptions so = q.options().dtype(compute_dtype(q.dtype()));
   // The kernel writes every row; with no rows or no keys there is nothing to run.
   if (numel_of(stats_shape) == 0 || p.len_kv() == 0)
@@ -160,6 +160,33 @@ SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   p.stats = row_view(stats, p, true);
   detail::backend_of(q).sdpa_forward(p);
   return {out, stats};
+}
+
+}  // namespace
+
+SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const SdpaOptions& opts) {
+  SdpaParams p = detail::sdpa_params(q, k, v, opts);
+  check_ragged_device(p, q);
+  return run_forward(q, v.sizes().back(), p);
+}
+
+SdpaResult detail::sdpa_forward_rows(const Tensor& q, const Tensor& k_rows, const Tensor& v_rows,
+                                     const Tensor& kv_rows, const SdpaOptions& opts) {
+  // Checked as the gathered keys would be, by stand-ins of their shape (no copies)...
+  const int64_t n = kv_rows.numel();
+  auto stand_in = [n](const Tensor& rows) {
+    return rows.narrow(0, 0, 1).expand({n, rows.size(1), rows.size(2)});
+  };
+  SdpaParams p = detail::sdpa_params(q, stand_in(k_rows), stand_in(v_rows), opts);
+  TG_CHECK(p.ragged() && q.device() == kCPU && kv_rows.dtype() == kInt64 && kv_rows.dim() == 1 &&
+               kv_rows.is_contiguous() && kv_rows.device() == kCPU,
+           kOp, "internal: keys read through row indices need the ragged layout on the CPU");
+  // ...then read where they are.
+  p.k = detail::ragged_rows(k_rows, p.batch(), p.len_kv());
+  p.v = detail::ragged_rows(v_rows, p.batch(), p.len_kv());
+  p.kv_rows = detail::view_of(kv_rows);
+  return run_forward(q, v_rows.sizes().back(), p);
 }
 
 // The backward; the score gradient (O(B Hq Sq Skv) memory) is only made when want_dmask.

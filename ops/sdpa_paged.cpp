@@ -2,8 +2,11 @@
 
 #include <vector>
 
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
+#include "ops/sdpa_check.h"
 
 namespace tg {
 
@@ -85,7 +88,8 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   detail::check_dtype(page_table, kInt64, kOp, "page_table");
   detail::check_dtype(seq_len_kv, kInt64, kOp, "seq_len_kv");
   TG_CHECK(page_table.dim() == 2 && page_table.size(0) == batch, kOp,
-           "argument 'page_table' must be (B, pages) with B = ", batch, " (q's sequences), got "
+           "argument 'page_table' must be (B, pages) with B = ", batch,
+           " (q's sequences), got "
            "shape ",
            shape_str(page_table.sizes()));
   TG_CHECK(seq_len_kv.dim() == 1 && seq_len_kv.size(0) == batch, kOp,
@@ -113,8 +117,22 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   SdpaOptions o = opts;
   o.cu_seqlens_q = from_vector(cu_q, {batch + 1});
   o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1});
-  const SdpaResult r =
-      sdpa(ragged_q ? q : to_rows(q), read_rows(k_pool, ids), read_rows(v_pool, ids), o);
+  const Tensor qr = ragged_q ? q : to_rows(q);
+  SdpaResult r;
+  if (!(grad_enabled() && any_requires_grad({q, k_pool, v_pool})) && !rows.empty()) {
+    // No gradient wanted (decoding): the kernel reads the blocks in place, nothing gathered.
+    auto pool_rows = [](const Tensor& pool) {
+      return detail::autocast_low(pool).reshape(
+          {pool.size(0) * pool.size(1), pool.size(2), pool.size(3)});
+    };
+    if (o.mask) o.mask = detail::autocast_low(*o.mask);  // as sdpa casts them
+    r = detail::sdpa_forward_rows(detail::autocast_low(qr), pool_rows(k_pool), pool_rows(v_pool),
+                                  ids, o);
+  } else {
+    // Differentiable: the rows gathered into the ragged layout, their gradient flowing back
+    // through the gather (two sequences may share a block).
+    r = sdpa(qr, read_rows(k_pool, ids), read_rows(v_pool, ids), o);
+  }
   if (ragged_q) return r;
   return {from_rows(r.out, batch), from_rows(r.stats, batch)};
 }

@@ -319,6 +319,17 @@ TEST_CASE("the embedding gradient is bitwise the CPU's (same additions, same ord
   CHECK(cpu == gpu);
 }
 
+TEST_CASE("index_copy_ on CUDA writes the CPU's rows (the paged cache's writes)") {
+  const Tensor ids = from_vector(std::vector<int64_t>{5, 0, 3}, {3});
+  for (DType t : {kFloat32, kBFloat16}) {
+    const Tensor src = tgtest::rnd({3, 2, 4}, 9).to(t);
+    Tensor cpu = zeros({6, 2, 4}, t), gpu = zeros({6, 2, 4}, TensorOptions(t).device(kCUDA));
+    cpu.index_copy_(0, ids, src);
+    gpu.index_copy_(0, ids.to(kCUDA), src.to(kCUDA));
+    CHECK(cpu.to(kFloat32).to_vector<float>() == gpu.to(kFloat32).to_vector<float>());
+  }
+}
+
 TEST_CASE("float64 on CUDA: matmul and sdpa agree with the CPU to 1e-12") {
   Tensor a = tgtest::rnd({3, 20, 30}, 1), b = tgtest::rnd({30, 10}, 2);
   tgtest::check_close(matmul(a.to(kCUDA), b.to(kCUDA)).to_vector<double>(),

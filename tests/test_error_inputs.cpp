@@ -203,6 +203,14 @@ void written_rows(std::vector<ErrorInput>& rows) {
       Tensor(f.clone()).copy_(ones({4, 2, 3})));
   ROW("copy_", "an expanded (stride-0) self", "stride 0",
       ones({3}).view({1, 3}).expand({2, 3}).copy_(ones({2, 3})));
+  ROW("index_copy_", "an undefined index", "'index' is an undefined",
+      Tensor(f.clone()).index_copy_(0, U, f));
+  ROW("index_copy_", "a 2-D index", "must be 1-D",
+      Tensor(f.clone()).index_copy_(0, zeros({1, 1}, kInt64), f));
+  ROW("index_copy_", "an index past the dim", "outside",
+      Tensor(f.clone()).index_copy_(0, full({1}, 9, kInt64), f.narrow(0, 0, 1)));
+  ROW("index_copy_", "a source of the wrong shape", "must have shape",
+      Tensor(f.clone()).index_copy_(0, zeros({1}, kInt64), f));
   ROW("fill_", "NaN into an int64 tensor", "cannot hold", Tensor(i.clone()).fill_(kNaN));
   ROW("fill_", "inf into an int64 tensor", "cannot hold", Tensor(i.clone()).fill_(kInf));
   ROW("fill_", "1e30 into an int64 tensor", "cannot hold", Tensor(i.clone()).fill_(1e30));

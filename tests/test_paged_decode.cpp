@@ -33,9 +33,7 @@ TEST_CASE("PagedKVCache: blocks follow the tokens, come back on clear and surviv
   CHECK(cache.add_sequence() == 1);
   nn::PagedStep step = cache.begin({4, 0});  // 4 tokens: 2 blocks, the whole pool
   CHECK(cache.blocks_in_use() == 2);
-  REQUIRE(step.runs.size() == 2);
-  CHECK(step.runs[0].rows == 3);
-  CHECK(step.runs[1].row == 0);
+  CHECK(step.slots.to_vector<int64_t>() == Ids{0, 1, 2, 3});  // blocks 0 and 1
   CHECK(step.positions == Ids{0, 1, 2, 3});
   const Tensor k = tgtest::rnd({4, 1, 2}, 1);
   cache.write(0, step, k, k);
@@ -45,6 +43,7 @@ TEST_CASE("PagedKVCache: blocks follow the tokens, come back on clear and surviv
   // Sequence 1's first token needs a third block: the pool doubles, the old blocks keep their
   // ids and their rows.
   step = cache.begin({0, 1});
+  CHECK(step.slots.to_vector<int64_t>() == Ids{6});  // block 2, row 0
   cache.write(0, step, tgtest::rnd({1, 1, 2}, 2), tgtest::rnd({1, 1, 2}, 2));
   cache.end(step);
   CHECK(cache.capacity() == 4);
@@ -57,7 +56,8 @@ TEST_CASE("PagedKVCache: blocks follow the tokens, come back on clear and surviv
   cache.clear(0);
   CHECK(cache.length(0) == 0);
   CHECK(cache.blocks_in_use() == 1);
-  step = cache.begin({5, 0});  // reuses the two blocks given back
+  step = cache.begin({5, 0});                                    // reuses the two blocks given back
+  CHECK(step.slots.to_vector<int64_t>() == Ids{0, 1, 2, 3, 4});  // blocks 0 and 1 again
   CHECK(cache.blocks_in_use() == 3);
   CHECK(cache.capacity() == 4);
   check_throws_with_prefix([&] { cache.begin({1}); }, "[PagedKVCache]", "one count");
@@ -99,8 +99,11 @@ TEST_CASE("paged decoding: every step's logits are each sequence's run alone (fl
   }
   // 9, 3 and 4 tokens in blocks of 2.
   CHECK(cache.blocks_in_use() == 5 + 2 + 2);
-  check_throws_with_prefix([&] { model.forward(ids_of({1, 2}), {1, 0, 0}, cache); },
-                           "[Transformer]", "add up to the 2 tokens");
+  check_throws_with_prefix(
+      [&] {
+        model.forward(ids_of({1, 2}), {1, 0, 0}, cache);
+      },
+      "[Transformer]", "add up to the 2 tokens");
   nn::PagedKVCache other = nn::Transformer(float32_config(), 3).paged_cache(2, 1);
   other.add_sequence();
   check_throws_with_prefix([&] { model.forward(ids_of({1}), {1}, other); }, "[Transformer]",
@@ -169,11 +172,15 @@ TEST_CASE("sample_batch: one prompt draws what sample draws, context restarts al
     Generator g1{0, 0};
     CHECK(together[b] == nn::sample(model, prompts[b], so, g1));
   }
-  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{1}, {}}, so, g); },
-                           "[sample_batch]", "prompt 1 must hold at least one token");
-  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{40}}, so, g); }, "[sample_batch]",
+  check_throws_with_prefix(
+      [&] {
+        nn::sample_batch(model, std::vector<Ids>{{1}, {}}, so, g);
+      },
+      "[sample_batch]", "prompt 1 must hold at least one token");
+  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{40}}, so, g); },
+                           "[sample_batch]",
                            "prompt 0 has token 40, outside the vocabulary [0, 37)");
   so.block_size = 0;
-  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{1}}, so, g); }, "[sample_batch]",
-                           "'block_size' must be positive");
+  check_throws_with_prefix([&] { nn::sample_batch(model, std::vector<Ids>{{1}}, so, g); },
+                           "[sample_batch]", "'block_size' must be positive");
 }

@@ -1,6 +1,6 @@
 // SDPA over a paged K/V cache: against sdpa on the same keys held contiguously (random block
-// placements, lengths 0 to full, every option but dropout), gradients through the pools,
-// gradcheck, and bad tables.
+// placements, lengths 0 to full, every option but dropout), read in place (no gradients)
+// bitwise as gathered, gradients through the pools, gradcheck, and bad tables.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -93,6 +93,12 @@ TEST_CASE("sdpa_paged: equals sdpa on the same keys held contiguously, forward a
     v.requires_grad_(true);
     const Tensor len = from_vector(lengths, {B});
     const SdpaResult paged = sdpa_paged(q, k_pool, v_pool, pk.table, len, o);
+    {  // Without gradients the kernel reads the blocks in place: the same numbers, bitwise.
+      NoGradGuard no_grad;
+      const SdpaResult in_place = sdpa_paged(q, k_pool, v_pool, pk.table, len, o);
+      CHECK(in_place.out.to_vector<double>() == paged.out.to_vector<double>());
+      CHECK(in_place.stats.to_vector<double>() == paged.stats.to_vector<double>());
+    }
     // The reference: each sequence attended alone with its own keys (no keys: zero rows).
     std::vector<Tensor> alone;
     for (int64_t b = 0; b < B; ++b) {
@@ -128,8 +134,8 @@ TEST_CASE("sdpa_paged: ragged queries equal each sequence's own call, forward an
   // Sequence b has n_q[b] new rows and len[b] keys (prefill and decoding in one call).
   const std::vector<int64_t> n_q{3, 1, 0, 2}, lengths{5, 1, 2, 2};
   const int64_t B = 4, Hq = 2, Hk = 1, D = 4, block = 2, pages = 3;
-  const Tensor table = from_vector(std::vector<int64_t>{4, 0, 6, 1, -1, -1, 2, -1, -1, 3, -1, -1},
-                                   {B, pages});
+  const Tensor table =
+      from_vector(std::vector<int64_t>{4, 0, 6, 1, -1, -1, 2, -1, -1, 3, -1, -1}, {B, pages});
   const Tensor len = from_vector(lengths, {B});
   Tensor k_pool = rnd({7, block, Hk, D}, 2).requires_grad_(true);
   Tensor v_pool = rnd({7, block, Hk, D}, 3).requires_grad_(true);
@@ -153,8 +159,8 @@ TEST_CASE("sdpa_paged: ragged queries equal each sequence's own call, forward an
     const int64_t n = n_q[static_cast<size_t>(b)];
     if (n == 0) continue;
     Tensor qb = q.detach().narrow(0, at, n).transpose(0, 1).unsqueeze(0).requires_grad_(true);
-    const SdpaResult rb = sdpa_paged(qb, k_pool, v_pool, table.narrow(0, b, 1),
-                                     len.narrow(0, b, 1), one);
+    const SdpaResult rb =
+        sdpa_paged(qb, k_pool, v_pool, table.narrow(0, b, 1), len.narrow(0, b, 1), one);
     const Tensor got = r.out.narrow(0, at, n).transpose(0, 1).unsqueeze(0);
     tgtest::check_close(got.contiguous().to_vector<double>(), rb.out.to_vector<double>(), 1e-12);
     const Tensor wb = w.narrow(0, at, n).transpose(0, 1).unsqueeze(0);
@@ -169,14 +175,13 @@ TEST_CASE("sdpa_paged: ragged queries equal each sequence's own call, forward an
   }
   SdpaOptions bad = o;
   bad.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 2, 4, 6}, {B + 1});
-  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); },
-                           "[sdpa_paged]", "'cu_seqlens_q' must not decrease");
+  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); }, "[sdpa_paged]",
+                           "'cu_seqlens_q' must not decrease");
   bad.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 3, 4, 4, 5}, {B + 1});
-  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); },
-                           "[sdpa_paged]", "from 0 to q's 6 rows");
-  check_throws_with_prefix(
-      [&] { sdpa_paged(q.unsqueeze(0), k_pool, v_pool, table, len, o); }, "[sdpa_paged]",
-      "must be ragged (Tq, Hq, D)");
+  check_throws_with_prefix([&] { sdpa_paged(q, k_pool, v_pool, table, len, bad); }, "[sdpa_paged]",
+                           "from 0 to q's 6 rows");
+  check_throws_with_prefix([&] { sdpa_paged(q.unsqueeze(0), k_pool, v_pool, table, len, o); },
+                           "[sdpa_paged]", "must be ragged (Tq, Hq, D)");
 }
 
 TEST_CASE("sdpa_paged: gradcheck through q and both pools") {

@@ -144,6 +144,42 @@ TEST_CASE("in-place ops: refused on tensors that require grad, detected after sa
   check_throws_with_prefix([&] { z.copy_(ones({3}, kFloat64)); }, "[copy_]");
 }
 
+TEST_CASE("index_copy_: each source slice to its index, on either path") {
+  // dim 0 of a contiguous tensor is one kernel; other dims or strides copy slice by slice.
+  const Tensor index = from_vector(std::vector<int64_t>{3, 0}, {2});
+  const Tensor src = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor rows = zeros({4, 3}, kFloat64);
+  rows.index_copy_(0, index, src);
+  CHECK(rows.to_vector<double>() == std::vector<double>{4, 5, 6, 0, 0, 0, 0, 0, 0, 1, 2, 3});
+  Tensor cols = zeros({3, 4}, kFloat64);
+  cols.index_copy_(1, index, src.transpose(0, 1));
+  CHECK(cols.to_vector<double>() == std::vector<double>{4, 0, 0, 1, 5, 0, 0, 2, 6, 0, 0, 3});
+  Tensor strided = zeros({3, 4}, kFloat64);
+  strided.transpose(0, 1).index_copy_(0, index, src);  // the same cells, through a view
+  CHECK(strided.to_vector<double>() == cols.to_vector<double>());
+  Tensor pool = zeros({2, 2, 1, 2}, kFloat32);  // a paged cache's blocks, rows written in place
+  pool.view({4, 1, 2}).index_copy_(0, from_vector(std::vector<int64_t>{2}, {1}), ones({1, 1, 2}));
+  CHECK(pool.to_vector<float>() == std::vector<float>{0, 0, 0, 0, 1, 1, 0, 0});
+  check_throws_with_prefix(
+      [&] {
+        rows.index_copy_(0, from_vector(std::vector<int64_t>{3, 3}, {2}), src);
+      },
+      "[index_copy_]", "holds 3 twice");
+  check_throws_with_prefix(
+      [&] {
+        rows.index_copy_(0, from_vector(std::vector<int64_t>{4, 0}, {2}), src);
+      },
+      "[index_copy_]", "holds 4 at 0, outside [0, 4)");
+  check_throws_with_prefix([&] { rows.index_copy_(1, index, src); }, "[index_copy_]",
+                           "must have shape [4, 2]");
+  check_throws_with_prefix([&] { rows.index_copy_(0, index.to(kFloat64), src); }, "[index_copy_]",
+                           "int64");
+  check_throws_with_prefix([&] { rows.index_copy_(0, index, src.to(kFloat32)); }, "[index_copy_]",
+                           "source");
+  Tensor w = zeros({4, 3}, kFloat64).requires_grad_();
+  check_throws_with_prefix([&] { w.index_copy_(0, index, src); }, "[index_copy_]", "NoGradGuard");
+}
+
 TEST_CASE("anomaly mode names the op whose backward made a NaN") {
   Tensor x = from_vector(std::vector<double>{0.0, 1.0}, {2}).requires_grad_();
   {

@@ -101,6 +101,16 @@ void CpuBackend::gather_rows(const View& weight, const View& ids, const View& ou
   for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * row_bytes, w + id[i] * row_bytes, row_bytes);
 }
 
+void CpuBackend::scatter_rows(const View& src, const View& ids, const View& dst) {
+  const int64_t n = ids.numel(), d = dst.sizes[1];
+  const int64_t* id = static_cast<const int64_t*>(ids.data);
+  const size_t row_bytes = d * dtype_size(dst.dtype);
+  const char* s = static_cast<const char*>(src.data);
+  char* o = static_cast<char*>(dst.data);
+#pragma omp parallel for schedule(static) if (n * d > 32768)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(o + id[i] * row_bytes, s + i * row_bytes, row_bytes);
+}
+
 // Parallel over columns, rows in index order: no races and a fixed summation order.
 void CpuBackend::scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) {
   if (half_kernels::scatter_add_rows(*this, kCPU, grad, ids, grad_weight)) return;

@@ -72,8 +72,10 @@ void forward_typed(const SdpaParams& p) {
   for (int64_t t = 0; t < B * Hk; ++t) {
     const SdpaSequence seq = sdpa_sequence(p, t / Hk);
     T* dst = kv + t * (kt_size + v_size);
-    load_transposed(p.k, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst, skv_p);
-    load_rows(p.v, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst + kt_size, dv_p);
+    const int64_t* at = p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + seq.kv0
+                                       : nullptr;  // a paged cache read in place
+    load_transposed(p.k, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst, skv_p, at);
+    load_rows(p.v, t / Hk, t % Hk, seq.kv0, seq.rows_kv, dst + kt_size, dv_p, at);
   }
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
   const int64_t tasks = B * Hq * q_tiles;

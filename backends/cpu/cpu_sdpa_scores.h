@@ -30,14 +30,15 @@ void with_elements(const View& v, F&& f) {
 
 // rows x width block of a (B, H, S, D) view at (b, h, row0) into a row-major buffer with row
 // stride ld >= width; columns [width, ld) are zeroed (the tile products read whole vectors).
+// With `at` (the paged layout's SdpaParams::kv_rows), row r is row at[r] instead of row0 + r.
 template <class T>
-void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-               int64_t ld) {
+void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst, int64_t ld,
+               const int64_t* at = nullptr) {
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
   with_elements<T>(v, [&](const auto* data) {
-    const auto* src = data + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+    const auto* src = data + b * v.strides[0] + h * v.strides[1];
     for (int64_t r = 0; r < rows; ++r) {
-      const auto* s = src + r * sr;
+      const auto* s = src + (at ? at[r] : row0 + r) * sr;
       T* d = dst + r * ld;
       if (sd == 1) {
         for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c]);
@@ -50,13 +51,22 @@ void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, 
 }
 
 // The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v into dst (D x ld,
-// ld >= rows); columns [rows, ld) zeroed.
+// ld >= rows); columns [rows, ld) zeroed. `at` as for load_rows.
 template <class T>
 void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-                     int64_t ld) {
+                     int64_t ld, const int64_t* at = nullptr) {
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
   with_elements<T>(v, [&](const auto* data) {
-    const auto* src = data + b * v.strides[0] + h * v.strides[1] + row0 * sr;
+    const auto* src = data + b * v.strides[0] + h * v.strides[1];
+    if (at) {  // rows one by one, each written down its column of dst
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* s = src + at[r] * sr;
+        for (int64_t c = 0; c < width; ++c) dst[c * ld + r] = static_cast<T>(s[c * sd]);
+      }
+      for (int64_t c = 0; c < width; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, T(0));
+      return;
+    }
+    src += row0 * sr;
     for (int64_t c = 0; c < width; ++c) {
       T* d = dst + c * ld;
       for (int64_t r = 0; r < rows; ++r) d[r] = static_cast<T>(src[r * sr + c * sd]);

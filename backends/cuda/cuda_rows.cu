@@ -42,6 +42,14 @@ __global__ void gather_kernel(const T* w, const int64_t* ids, T* out, int64_t n,
   }
 }
 
+template <class T>
+__global__ void scatter_kernel(const T* src, const int64_t* ids, T* dst, int64_t n, int64_t d) {
+  TG_GRID_STRIDE(e, n * d) {
+    const int64_t i = e / d, c = e % d;
+    dst[ids[i] * d + c] = src[e];
+  }
+}
+
 // order[rank(i)] = i, rank(i) = #{j : (id[j], j) < (id[i], i)}.
 __global__ void rank_kernel(const int64_t* ids, int64_t n, int64_t* order) {
   __shared__ int64_t tile[kThreads];
@@ -101,6 +109,19 @@ void CudaBackend::gather_rows(const View& weight, const View& ids, const View& o
                                                        static_cast<T*>(out.data), n, d);
   });
   check_launch("gather_rows kernel");
+}
+
+void CudaBackend::scatter_rows(const View& src, const View& ids, const View& dst) {
+  cudaStream_t s = enter(device);
+  const int64_t n = ids.numel(), d = dst.sizes[1];
+  if (!n || !d) return;
+  dispatch(dst.dtype, [&](auto t) {
+    using T = decltype(t);
+    scatter_kernel<<<grid_for(n * d), kThreads, 0, s>>>(static_cast<const T*>(src.data),
+                                                        static_cast<const int64_t*>(ids.data),
+                                                        static_cast<T*>(dst.data), n, d);
+  });
+  check_launch("scatter_rows kernel");
 }
 
 void CudaBackend::scatter_add_rows(const View& grad, const View& ids, const View& grad_weight) {
