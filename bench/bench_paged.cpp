@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
         "bench_paged: %lld prompts of %lld tokens (mixed: uniform in [1, %lld]), %lld new "
         "tokens each, blocks of %lld, %d threads\n",
         static_cast<long long>(batch), static_cast<long long>(prompt),
-        static_cast<long long>(2 * prompt), static_cast<long long>(tokens),
+        2 * static_cast<long long>(prompt), static_cast<long long>(tokens),
         static_cast<long long>(kBlock), tg::get_num_threads());
     std::mt19937_64 rng(5);
     std::vector<Ids> equal(static_cast<size_t>(batch)), mixed(static_cast<size_t>(batch));

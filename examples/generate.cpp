@@ -71,6 +71,7 @@ int parse_and_run(int argc, char** argv) {
     tg::nn::Transformer model(tg::nn::config_from_json(it->second), 0);
     tg::nn::load_module(checkpoint, model);
     std::vector<std::vector<int64_t>> ids;
+    ids.reserve(prompts.size());
     for (const std::string& p : prompts) ids.push_back(tg::nn::ByteTokenizer::encode(p));
     tg::Generator gen{seed, 0};
     const std::vector<std::vector<int64_t>> out = tg::nn::sample_batch(model, ids, so, gen);

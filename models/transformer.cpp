@@ -94,13 +94,8 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& pa
   TG_CHECK(x.dim() == 2 && x.size(1) == cfg_.d_model, "Attention",
            "argument 'x' of a packed batch must be (tokens, ", cfg_.d_model, "), got ",
            shape_str(x.sizes()));
-  const int64_t t = x.size(0), dh = cfg_.head_dim(), hq = cfg_.heads, hk = cfg_.kv_heads;
-  RopeOptions ro;
-  ro.theta = cfg_.rope_theta;
-  ro.seq_dim = 0;  // (T, H, D)
-  ro.positions = packing.positions;
-  // (T, H, D) is sdpa's ragged layout: the heads of the packed projection go in as views.
-  std::vector<Tensor> qkv = split(wqkv_->forward(x).view({t, hq + 2 * hk, dh}), {hq, hk, hk}, 1);
+  const int64_t t = x.size(0), hq = cfg_.heads;
+  const TokenHeads h = token_heads(x, packing.positions);
   SdpaOptions so;
   so.causal = true;  // per sequence; q and k share its length, so both alignments agree
   so.cu_seqlens_q = packing.cu_seqlens;
@@ -113,27 +108,35 @@ Tensor Attention::forward(const Tensor& x, Generator& dropout, const Packing& pa
     so.offset = dropout.take(
         static_cast<uint64_t>(packing.sequences() * hq * packing.max_len * packing.max_len));
   }
-  Tensor o = sdpa(rope(qkv[0], ro), rope(qkv[1], ro), qkv[2], so).out;  // (T, Hq, Dh)
-  return wo_->forward(o.reshape({t, hq * dh}));
+  Tensor o = sdpa(h.q, h.k, h.v, so).out;  // (T, Hq, Dh)
+  return wo_->forward(o.reshape({t, hq * cfg_.head_dim()}));
 }
 
-Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
-                          const PagedStep& step) const {
+Attention::TokenHeads Attention::token_heads(const Tensor& x,
+                                             const std::vector<int64_t>& positions) const {
   const int64_t t = x.size(0), dh = cfg_.head_dim(), hq = cfg_.heads, hk = cfg_.kv_heads;
   RopeOptions ro;
   ro.theta = cfg_.rope_theta;
   ro.seq_dim = 0;  // (T, H, D)
-  ro.positions = step.positions;
+  ro.positions = positions;
+  // (T, H, D) is sdpa's ragged layout: the heads of the packed projection go in as views.
   std::vector<Tensor> qkv = split(wqkv_->forward(x).view({t, hq + 2 * hk, dh}), {hq, hk, hk}, 1);
-  cache.write(layer, step, rope(qkv[1], ro), qkv[2]);
+  return {rope(qkv[0], ro), rope(qkv[1], ro), qkv[2]};
+}
+
+Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
+                          const PagedStep& step) const {
+  const int64_t t = x.size(0), hq = cfg_.heads;
+  const TokenHeads h = token_heads(x, step.positions);
+  cache.write(layer, step, h.k, h.v);
   SdpaOptions so;
   so.causal = true;
   so.causal_align = CausalAlign::BottomRight;  // the new tokens are each sequence's last
   so.cu_seqlens_q = step.cu_seqlens;
-  Tensor o = sdpa_paged(rope(qkv[0], ro), cache.k_pool(layer), cache.v_pool(layer), step.page_table,
+  Tensor o = sdpa_paged(h.q, cache.k_pool(layer), cache.v_pool(layer), step.page_table,
                         step.seq_len_kv, so)
                  .out;  // (T, Hq, Dh)
-  return wo_->forward(o.reshape({t, hq * dh}));
+  return wo_->forward(o.reshape({t, hq * cfg_.head_dim()}));
 }
 
 MLP::MLP(int64_t d_model, int64_t hidden, Generator& gen, double out_std, DType dtype) {

@@ -70,6 +70,13 @@ class Attention : public Module {
   Tensor forward(const Tensor& x, PagedKVCache& cache, int64_t layer, const PagedStep& step) const;
 
  private:
+  // x (T, d_model) -> q (T, Hq, Dh), k and v (T, Hk, Dh), views of the one projection, q and k
+  // rotated at each token's position (sdpa's ragged layout).
+  struct TokenHeads {
+    Tensor q, k, v;
+  };
+  TokenHeads token_heads(const Tensor& x, const std::vector<int64_t>& positions) const;
+
   TransformerConfig cfg_;
   std::shared_ptr<Linear> wqkv_, wo_;
 };
