@@ -65,8 +65,9 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   const bool ragged_q = opts.cu_seqlens_q.has_value();
   std::vector<int64_t> cu_q{0};
   if (ragged_q) {
-    TG_CHECK(q.dim() == 3, kOp, "argument 'q' with cu_seqlens_q must be ragged (Tq, Hq, D), got ",
-             "shape ", shape_str(q.sizes()));
+    TG_CHECK(q.dim() == 3, kOp,
+             "argument 'q' with cu_seqlens_q must be ragged (Tq, Hq, D), got shape ",
+             shape_str(q.sizes()));
     cu_q = query_offsets(*opts.cu_seqlens_q, q);
   } else {
     TG_CHECK(q.dim() == 4, kOp, "argument 'q' must be (B, Hq, Sq, D), got shape ",
@@ -89,9 +90,7 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   detail::check_dtype(seq_len_kv, kInt64, kOp, "seq_len_kv");
   TG_CHECK(page_table.dim() == 2 && page_table.size(0) == batch, kOp,
            "argument 'page_table' must be (B, pages) with B = ", batch,
-           " (q's sequences), got "
-           "shape ",
-           shape_str(page_table.sizes()));
+           " (q's sequences), got shape ", shape_str(page_table.sizes()));
   TG_CHECK(seq_len_kv.dim() == 1 && seq_len_kv.size(0) == batch, kOp,
            "argument 'seq_len_kv' must be (B) with B = ", batch, ", got shape ",
            shape_str(seq_len_kv.sizes()));

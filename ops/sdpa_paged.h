@@ -13,9 +13,11 @@ namespace tg {
 // P * block (the table's entries past them are ignored and may be anything, e.g. -1). Every
 // option applies per sequence as in sdpa's ragged layout: bottom-right alignment and ALiBi to
 // each sequence's own key count (decoding: the Sq new rows are each sequence's last), a mask
-// broadcast to (B, Hq, Sq, max seq_len_kv), dropout indexing that padded layout. The keys are
-// read through the table into the ragged layout, then sdpa runs (on the CPU, as the ragged
-// layout does for now); differentiable, the pools' gradient flowing back through the table.
+// broadcast to (B, Hq, Sq, max seq_len_kv), dropout indexing that padded layout. CPU only for
+// now (as sdpa's ragged layout). Differentiable: when a gradient is wanted the keys are
+// gathered through the table into the ragged layout and sdpa runs, the pools' gradient flowing
+// back through the gather (blocks may be shared); without one (decoding) the kernel reads the
+// blocks in place, with the same numbers bitwise.
 // out and stats (B, Hq, Sq, Dv / 1) as sdpa's. Ragged queries (prefill and decoding in one
 // call, vLLM's chunked prefill): q (Tq, Hq, Dqk) with opts.cu_seqlens_q (B + 1 offsets), each
 // sequence with its own count of new rows; out and stats then (Tq, Hq, Dv / 1). Errors name
