@@ -89,12 +89,15 @@ int64_t PagedKVCache::take_block() {
 PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
   TG_CHECK(static_cast<int64_t>(new_tokens.size()) == sequences(), kName, "a step needs one count ",
            "of new tokens per sequence (", sequences(), "), got ", new_tokens.size());
+  for (size_t s = 0; s < new_tokens.size(); ++s) {  // before any block is taken
+    TG_CHECK(new_tokens[s] >= 0, kName, "sequence ", s, " must get >= 0 new tokens, got ",
+             new_tokens[s]);
+  }
   PagedStep step;
   std::vector<int64_t> cu{0}, after, slots;
   int64_t pages = 0;
   for (size_t s = 0; s < new_tokens.size(); ++s) {
     const int64_t n = new_tokens[s], len = lengths_[s];
-    TG_CHECK(n >= 0, kName, "sequence ", s, " must get >= 0 new tokens, got ", n);
     auto& own = pages_[s];
     while (static_cast<int64_t>(own.size()) * block_size_ < len + n) own.push_back(take_block());
     for (int64_t pos = len; pos < len + n; ++pos) {
