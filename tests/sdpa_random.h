@@ -5,8 +5,19 @@
 
 #include <cstdint>
 #include <random>
+#include <sstream>
+#include <string>
 
 namespace tgtest {
+
+// Draws from one stream: an integer uniform in [lo, hi], a coin that falls true with p.
+struct Draws {
+  std::mt19937_64& rng;
+  int64_t pick(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  }
+  bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+};
 
 // How often each option is drawn where the sweeps differ.
 struct SdpaOptionOdds {
@@ -16,23 +27,32 @@ struct SdpaOptionOdds {
 };
 
 inline tg::SdpaOptions random_sdpa_options(std::mt19937_64& rng, const SdpaOptionOdds& odds) {
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Draws d{rng};
   tg::SdpaOptions o;
-  if (coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
-  o.causal = coin(odds.causal);
-  if (coin(0.5)) o.causal_align = tg::CausalAlign::BottomRight;
-  if (coin(0.25)) o.window = pick(1, odds.max_window);
-  o.alibi = coin(odds.alibi);
-  if (coin(0.25)) o.softcap = 2.0 + static_cast<double>(pick(0, 20)) / 4.0;
-  if (coin(0.25)) {
-    o.dropout_p = coin(0.5) ? 0.2 : 0.5;
-    o.seed = static_cast<uint64_t>(pick(0, 1000));
-    o.offset = static_cast<uint64_t>(pick(0, 3)) * 4;
+  if (d.coin(0.3)) o.scale = 0.05 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng);
+  o.causal = d.coin(odds.causal);
+  if (d.coin(0.5)) o.causal_align = tg::CausalAlign::BottomRight;
+  if (d.coin(0.25)) o.window = d.pick(1, odds.max_window);
+  o.alibi = d.coin(odds.alibi);
+  if (d.coin(0.25)) o.softcap = 2.0 + static_cast<double>(d.pick(0, 20)) / 4.0;
+  if (d.coin(0.25)) {
+    o.dropout_p = d.coin(0.5) ? 0.2 : 0.5;
+    o.seed = static_cast<uint64_t>(d.pick(0, 1000));
+    o.offset = static_cast<uint64_t>(d.pick(0, 3)) * 4;
   }
   return o;
+}
+
+// A sweep configuration's options, mask (kind 0 none, 1 float, 2 bool) and layout, for its
+// failure messages.
+inline std::string describe_options(const tg::SdpaOptions& o, int mask_kind,
+                                    const tg::Shape& mask_shape, bool strided) {
+  std::ostringstream os;
+  os << " causal=" << o.causal << " br=" << (o.causal_align == tg::CausalAlign::BottomRight)
+     << " window=" << o.window << " mask=" << mask_kind << tg::shape_str(mask_shape)
+     << " pad=" << bool(o.seq_len_q) << bool(o.seq_len_kv) << " alibi=" << o.alibi
+     << " softcap=" << o.softcap << " p=" << o.dropout_p << " strided=" << strided;
+  return os.str();
 }
 
 }  // namespace tgtest

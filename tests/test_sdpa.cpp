@@ -32,47 +32,40 @@ struct Config {
   std::string describe() const {
     std::ostringstream os;
     os << "B=" << B << " Hq=" << Hq << " Hk=" << Hk << " Sq=" << Sq << " Skv=" << Skv << " D=" << D
-       << " Dv=" << Dv << " causal=" << opts.causal
-       << " br=" << (opts.causal_align == CausalAlign::BottomRight) << " window=" << opts.window
-       << " mask=" << mask_kind << shape_str(mask_shape) << " pad=" << bool(opts.seq_len_q)
-       << bool(opts.seq_len_kv) << " alibi=" << opts.alibi << " softcap=" << opts.softcap
-       << " p=" << opts.dropout_p << " strided=" << strided;
+       << " Dv=" << Dv << tgtest::describe_options(opts, mask_kind, mask_shape, strided);
     return os.str();
   }
 };
 
 Config random_config(std::mt19937_64& rng) {
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  tgtest::Draws draw{rng};
   Config c;
-  c.B = pick(1, 2);
-  c.Hk = pick(1, 2);
-  c.Hq = c.Hk * pick(1, 3);
-  const bool long_seq = coin(0.25);  // several tiles of 64
-  c.Sq = long_seq ? pick(60, 150) : pick(1, 20);
-  c.Skv = coin(0.5) ? c.Sq : (long_seq ? pick(60, 150) : pick(1, 20));
-  c.D = std::vector<int64_t>{4, 8, 16}[pick(0, 2)];
-  c.Dv = coin(0.7) ? c.D : pick(3, 12);
-  c.strided = coin(0.3);
+  c.B = draw.pick(1, 2);
+  c.Hk = draw.pick(1, 2);
+  c.Hq = c.Hk * draw.pick(1, 3);
+  const bool long_seq = draw.coin(0.25);  // several tiles of 64
+  c.Sq = long_seq ? draw.pick(60, 150) : draw.pick(1, 20);
+  c.Skv = draw.coin(0.5) ? c.Sq : (long_seq ? draw.pick(60, 150) : draw.pick(1, 20));
+  c.D = std::vector<int64_t>{4, 8, 16}[draw.pick(0, 2)];
+  c.Dv = draw.coin(0.7) ? c.D : draw.pick(3, 12);
+  c.strided = draw.coin(0.3);
   c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.4, .max_window = 8, .alibi = 0.25});
   SdpaOptions& o = c.opts;
-  if (coin(0.25)) {
+  if (draw.coin(0.25)) {
     std::vector<int64_t> lq, lkv;
     for (int64_t b = 0; b < c.B; ++b) {
-      lq.push_back(pick(0, c.Sq));
-      lkv.push_back(pick(0, c.Skv));
+      lq.push_back(draw.pick(0, c.Sq));
+      lkv.push_back(draw.pick(0, c.Skv));
     }
-    if (coin(0.5)) o.seq_len_q = from_vector(lq, {c.B});
+    if (draw.coin(0.5)) o.seq_len_q = from_vector(lq, {c.B});
     o.seq_len_kv = from_vector(lkv, {c.B});
   }
-  c.mask_kind = static_cast<int>(pick(0, 2));
+  c.mask_kind = static_cast<int>(draw.pick(0, 2));
   if (c.mask_kind) {
     const std::vector<Shape> shapes = {
         {c.Sq, c.Skv},          {1, 1, c.Sq, c.Skv},      {c.B, 1, c.Sq, c.Skv},
         {1, c.Hq, c.Sq, c.Skv}, {c.B, c.Hq, c.Sq, c.Skv}, {c.B, 1, 1, c.Skv}};
-    c.mask_shape = shapes[pick(0, static_cast<int64_t>(shapes.size()) - 1)];
+    c.mask_shape = shapes[draw.pick(0, static_cast<int64_t>(shapes.size()) - 1)];
   }
   return c;
 }

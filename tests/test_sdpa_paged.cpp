@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "sdpa_random.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -56,22 +57,21 @@ Paged scatter(const Tensor& k, const std::vector<int64_t>& lengths, int64_t bloc
 
 TEST_CASE("sdpa_paged: equals sdpa on the same keys held contiguously, forward and gradients") {
   std::mt19937_64 rng(11);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
+  tgtest::Draws draw{rng};
   for (int trial = 0; trial < 60; ++trial) {
-    const int64_t B = pick(1, 3), Hk = pick(1, 2), Hq = Hk * pick(1, 2), D = 4, Dv = pick(3, 5);
-    const int64_t block = std::vector<int64_t>{1, 2, 4}[static_cast<size_t>(pick(0, 2))];
-    const int64_t pages = pick(1, 4), Sq = pick(1, 3);
+    const int64_t B = draw.pick(1, 3), Hk = draw.pick(1, 2), Hq = Hk * draw.pick(1, 2), D = 4,
+                  Dv = draw.pick(3, 5);
+    const int64_t block = std::vector<int64_t>{1, 2, 4}[static_cast<size_t>(draw.pick(0, 2))];
+    const int64_t pages = draw.pick(1, 4), Sq = draw.pick(1, 3);
     std::vector<int64_t> lengths;
-    for (int64_t b = 0; b < B; ++b) lengths.push_back(pick(0, pages * block));
+    for (int64_t b = 0; b < B; ++b) lengths.push_back(draw.pick(0, pages * block));
     const int64_t S = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
     SdpaOptions o;
-    o.causal = pick(0, 1);
+    o.causal = draw.pick(0, 1);
     o.causal_align = CausalAlign::BottomRight;  // decoding: the new rows are the last
-    o.window = pick(0, 1) ? pick(1, 3) : 0;
-    o.alibi = pick(0, 1);
-    o.softcap = pick(0, 1) ? 2.0 : 0.0;
+    o.window = draw.pick(0, 1) ? draw.pick(1, 3) : 0;
+    o.alibi = draw.pick(0, 1);
+    o.softcap = draw.pick(0, 1) ? 2.0 : 0.0;
     CAPTURE(trial);
     const uint64_t seed = static_cast<uint64_t>(trial) * 7;
     Tensor q = rnd({B, Hq, Sq, D}, seed + 1).requires_grad_(true);

@@ -35,42 +35,37 @@ struct Config {
   std::string describe() const {
     std::ostringstream os;
     os << "len_q=" << shape_str(len_q) << " len_kv=" << shape_str(len_kv) << " Hq=" << Hq
-       << " Hk=" << Hk << " D=" << D << " Dv=" << Dv << " causal=" << opts.causal
-       << " br=" << (opts.causal_align == CausalAlign::BottomRight) << " window=" << opts.window
-       << " mask=" << mask_kind << shape_str(mask_shape) << " alibi=" << opts.alibi
-       << " softcap=" << opts.softcap << " p=" << opts.dropout_p << " strided=" << strided;
+       << " Hk=" << Hk << " D=" << D << " Dv=" << Dv
+       << tgtest::describe_options(opts, mask_kind, mask_shape, strided);
     return os.str();
   }
 };
 
 Config random_config(std::mt19937_64& rng) {
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  tgtest::Draws draw{rng};
   Config c;
-  const int64_t B = pick(1, 4);
-  const int64_t longest = coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
-  const bool self = coin(0.5);                   // self-attention: the same lengths
+  const int64_t B = draw.pick(1, 4);
+  const int64_t longest = draw.coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
+  const bool self = draw.coin(0.5);                   // self-attention: the same lengths
   for (int64_t b = 0; b < B; ++b) {
-    c.len_q.push_back(pick(0, longest));
-    c.len_kv.push_back(self ? c.len_q.back() : pick(0, longest));
+    c.len_q.push_back(draw.pick(0, longest));
+    c.len_kv.push_back(self ? c.len_q.back() : draw.pick(0, longest));
   }
   // At least one row and one key (no rows or no keys at all: the edge-case test below).
   if (c.max_q() == 0) c.len_q.back() = 1;
   if (c.max_kv() == 0) c.len_kv.front() = 1;
-  c.Hk = pick(1, 2);
-  c.Hq = c.Hk * pick(1, 3);
-  c.D = coin(0.5) ? 4 : 8;
-  c.Dv = coin(0.7) ? c.D : pick(3, 9);
-  c.strided = coin(0.3);
+  c.Hk = draw.pick(1, 2);
+  c.Hq = c.Hk * draw.pick(1, 3);
+  c.D = draw.coin(0.5) ? 4 : 8;
+  c.Dv = draw.coin(0.7) ? c.D : draw.pick(3, 9);
+  c.strided = draw.coin(0.3);
   c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 6, .alibi = 0.3});
-  c.mask_kind = static_cast<int>(pick(0, 2));
+  c.mask_kind = static_cast<int>(draw.pick(0, 2));
   if (c.mask_kind) {
     const int64_t Sq = c.max_q(), Skv = c.max_kv();
     const std::vector<Shape> shapes = {
         {Sq, Skv}, {B, 1, Sq, Skv}, {1, c.Hq, Sq, Skv}, {B, c.Hq, Sq, Skv}, {B, 1, 1, Skv}};
-    c.mask_shape = shapes[pick(0, static_cast<int64_t>(shapes.size()) - 1)];
+    c.mask_shape = shapes[draw.pick(0, static_cast<int64_t>(shapes.size()) - 1)];
   }
   return c;
 }
