@@ -123,13 +123,6 @@ void check_ragged_device(const SdpaParams& p, const Tensor& q) {
            "the ragged layout (cu_seqlens_q/kv) runs on the CPU for now; q is on ", q.device());
 }
 
-// out, stats and the gradients as the kernels' row views: (B, H, S, D), or the ragged rows
-// of a packed (T, H, D) tensor.
-View row_view(const Tensor& t, const SdpaParams& p, bool query_rows) {
-  if (!p.ragged()) return detail::view_of(t);
-  return detail::ragged_rows(t, p.batch(), query_rows ? p.len_q() : p.len_kv());
-}
-
 // out's shape (last = Dv) and stats' (last = 1) in either layout: q's with another last dim.
 Shape rows_of_q(const Tensor& q, int64_t last) {
   Shape s = q.sizes();
@@ -156,8 +149,8 @@ SdpaResult run_forward(const Tensor& q, int64_t dv, SdpaParams p) {
           ? empty(out_shape, q.options())
           : empty({p.batch(), p.len_q(), p.heads_q(), p.dim_v()}, q.options()).transpose(1, 2);
   Tensor stats = empty(stats_shape, so);
-  p.out = row_view(out, p, true);
-  p.stats = row_view(stats, p, true);
+  p.out = detail::sdpa_rows(out, p, true);
+  p.stats = detail::sdpa_rows(stats, p, true);
   detail::backend_of(q).sdpa_forward(p);
   return {out, stats};
 }
@@ -210,8 +203,8 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
              shape_str(t->sizes()), ", expected ", shape_str(shape));
   }
   Tensor st = stats.contiguous();
-  p.out = row_view(out, p, true);
-  p.stats = row_view(st, p, true);
+  p.out = detail::sdpa_rows(out, p, true);
+  p.stats = detail::sdpa_rows(st, p, true);
   // The kernel writes every element of dq, dk and dv when it runs at all.
   const bool run = out.numel() && p.len_kv();
   auto alloc = [run](const Tensor& like) {
@@ -221,8 +214,9 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
   g.dq = alloc(q);
   g.dk = alloc(k);
   g.dv = alloc(v);
+  using detail::sdpa_rows;
   SdpaGradViews views{
-      row_view(g.dq, p, true), row_view(g.dk, p, false), row_view(g.dv, p, false), {}};
+      sdpa_rows(g.dq, p, true), sdpa_rows(g.dk, p, false), sdpa_rows(g.dv, p, false), {}};
   Tensor dscores;
   if (want_dmask) {
     // Tiles the kernel skips stay zero. float32 for 16-bit q: summed over the mask's
@@ -231,7 +225,7 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
                     q.options().dtype(compute_dtype(q.dtype())));
     views.dscores = detail::view_of(dscores);
   }
-  if (run) detail::backend_of(q).sdpa_backward(p, row_view(dout, p, true), views);
+  if (run) detail::backend_of(q).sdpa_backward(p, detail::sdpa_rows(dout, p, true), views);
   if (dscores.defined()) g.dmask = sum_to(dscores, opts.mask->sizes()).to(q.dtype());
   return g;
 }
@@ -260,9 +254,6 @@ SdpaResult sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
     record(kOp, inputs, {&r.out},
            [sq, sk, sv, so, ss, saved = std::move(opts), mask_grad](const std::vector<Tensor>& g) {
              if (grad_enabled()) {  // create_graph: gradients that are differentiable
-               TG_CHECK(!saved.cu_seqlens_q, kOp,
-                        "create_graph through the ragged layout (cu_seqlens_q/kv) is not "
-                        "supported yet");
                return detail::sdpa_backward_differentiable(sq.unpack(kOp), sk.unpack(kOp),
                                                            sv.unpack(kOp), so.unpack(kOp), g[0],
                                                            ss.unpack(kOp), saved, mask_grad);

@@ -21,8 +21,19 @@ std::optional<SdpaRagged> sdpa_ragged(const Tensor& q, const Tensor& k, const Te
 // A packed (T, H, D) tensor as the kernels' (B, H, max, D) row view: batch stride 0, the
 // sequences' first rows given by the offsets (SdpaParams::cu_seqlens_q/kv).
 View ragged_rows(const Tensor& t, int64_t batch, int64_t max);
+// out, stats, dout and the gradients as the kernels' row views: (B, H, S, D) as it is, or the
+// ragged rows of a packed (T, H, D) tensor (query rows, or key rows when !query_rows).
+View sdpa_rows(const Tensor& t, const SdpaParams& p, bool query_rows);
 // Each sequence's length, int64 (B) on `device`.
 Tensor sequence_lengths(const std::vector<int64_t>& cu, Device device);
+// The ragged call as the padded layout computes it: the options with each sequence's length as
+// seq_len_q / seq_len_kv (the offsets dropped) and each sequence's alignment shift, int64
+// (B, 1, 1, 1), for sdpa_score_parts (bottom-right: its own len_kv - len_q; else 0).
+struct SdpaPadded {
+  SdpaOptions opts;
+  Tensor row_shift;
+};
+SdpaPadded sdpa_padded(const SdpaOptions& opts, const SdpaRagged& r, Device device);
 // Packed (T, H, D) -> padded (B, H, max, D) (padding rows are copies of row 0, to be masked)
 // and back: differentiable, for the reference.
 Tensor pad_sequences(const Tensor& t, const std::vector<int64_t>& cu, int64_t max);

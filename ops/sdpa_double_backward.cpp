@@ -30,9 +30,11 @@ struct DoubleBackward {
 // kernel is tested against. It materializes the (B, Hq, Sq, Skv) scores. Under grad mode (a third
 // derivative) it is itself recorded; the softmax statistics are then recomputed from the scores so
 // that they are differentiated too.
+// `row_shift` as in sdpa_score_parts (the ragged layout computed padded, below).
 DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& dout, const Tensor& stats, const SdpaOptions& opts,
-                               const FirstOrderCotangents& cot) {
+                               const FirstOrderCotangents& cot,
+                               const Tensor& row_shift = Tensor()) {
   const SdpaParams p = detail::sdpa_params(q, k, v, opts);
   const int64_t B = q.size(0), Hq = q.size(1);
   const int64_t Hk = k.size(1), G = Hq / Hk, Skv = k.size(2);
@@ -45,7 +47,7 @@ DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v
   };
   const auto tr = [](const Tensor& t) { return t.transpose(-1, -2); };
 
-  const detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p);
+  const detail::SdpaScoreParts parts = detail::sdpa_score_parts(q, k, opts, p, row_shift);
   const Tensor& raw = parts.raw;  // scale Q Kᵀ
   Tensor capped = raw, t1, t2;    // softcap(raw) and its first and second derivatives
   if (p.softcap > 0) {
@@ -93,6 +95,37 @@ DoubleBackward double_backward(const Tensor& q, const Tensor& k, const Tensor& v
   return r;
 }
 
+// The ragged layout (DESIGN §4) composed padded: the packed inputs and cotangents padded to
+// the longest sequence, the padded call's double backward with each sequence's own lengths and
+// alignment, the padding rows dropped again (they see nothing: their gradients are zero). The
+// mask, its cotangent and dropout index the padded layout already. Differentiable, like
+// double_backward, for a third derivative.
+DoubleBackward ragged_double_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& dout, const Tensor& stats,
+                                      const SdpaOptions& opts, const FirstOrderCotangents& cot,
+                                      const detail::SdpaRagged& r) {
+  const detail::SdpaPadded padded = detail::sdpa_padded(opts, r, q.device());
+  const auto pad_q = [&r](const Tensor& t) { return detail::pad_sequences(t, r.cu_q, r.max_q); };
+  const auto pad_kv = [&r](const Tensor& t) { return detail::pad_sequences(t, r.cu_kv, r.max_kv); };
+  const FirstOrderCotangents pc{pad_q(cot.dq), pad_kv(cot.dk), pad_kv(cot.dv), cot.dmask};
+  DoubleBackward d = double_backward(pad_q(q), pad_kv(k), pad_kv(v), pad_q(dout), pad_q(stats),
+                                     padded.opts, pc, padded.row_shift);
+  d.q = detail::unpad_sequences(d.q, r.cu_q);
+  d.k = detail::unpad_sequences(d.k, r.cu_kv);
+  d.v = detail::unpad_sequences(d.v, r.cu_kv);
+  d.dout = detail::unpad_sequences(d.dout, r.cu_q);
+  return d;
+}
+
+// The composed double backward in either layout.
+DoubleBackward composed_double_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& dout, const Tensor& stats,
+                                        const SdpaOptions& opts, const FirstOrderCotangents& cot) {
+  if (const std::optional<detail::SdpaRagged> r = detail::sdpa_ragged(q, k, v, opts))
+    return ragged_double_backward(q, k, v, dout, stats, opts, cot, *r);
+  return double_backward(q, k, v, dout, stats, opts, cot);
+}
+
 // The backend's tiled kernel (O(Skv) memory per thread; the CPU has it), when fused kernels
 // are on and no higher derivative is being recorded; nothing when it does not run. Inputs in
 // q's compute dtype, as double_backward takes them.
@@ -104,8 +137,8 @@ std::optional<DoubleBackward> fused_double_backward(const Tensor& q, const Tenso
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return std::nullopt;
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
   const Tensor st = stats.contiguous();
-  p.stats = detail::view_of(st);
-  const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
+  p.stats = detail::sdpa_rows(st, p, true);
+  const Shape scores{p.batch(), p.heads_q(), p.len_q(), p.len_kv()};
   DoubleBackward r;
   r.q = empty(q.sizes(), q.options());
   r.k = empty(k.sizes(), k.options());
@@ -113,17 +146,19 @@ std::optional<DoubleBackward> fused_double_backward(const Tensor& q, const Tenso
   r.dout = empty(dout.sizes(), dout.options());
   Tensor gmask;  // score-shaped; the tiles the kernel skips stay zero
   if (cot.dmask.defined()) gmask = zeros(scores, q.options());
-  using detail::view_of;
-  SdpaDoubleGradViews views{view_of(dout),
-                            view_of(cot.dq),
-                            view_of(cot.dk),
-                            view_of(cot.dv),
+  // Row views of (B, H, S, D) or of the packed (T, H, D) rows; the score-shaped ones padded.
+  const auto q_rows = [&p](const Tensor& t) { return detail::sdpa_rows(t, p, true); };
+  const auto kv_rows = [&p](const Tensor& t) { return detail::sdpa_rows(t, p, false); };
+  SdpaDoubleGradViews views{q_rows(dout),
+                            q_rows(cot.dq),
+                            kv_rows(cot.dk),
+                            kv_rows(cot.dv),
                             cot.dmask.defined() ? detail::view_as(cot.dmask, scores) : View{},
-                            view_of(r.q),
-                            view_of(r.k),
-                            view_of(r.v),
-                            view_of(r.dout),
-                            gmask.defined() ? view_of(gmask) : View{}};
+                            q_rows(r.q),
+                            kv_rows(r.k),
+                            kv_rows(r.v),
+                            q_rows(r.dout),
+                            gmask.defined() ? detail::view_of(gmask) : View{}};
   if (!detail::backend_of(q).sdpa_double_backward(p, views)) return std::nullopt;
   if (gmask.defined()) r.mask = sum_to(gmask, opts.mask->sizes());
   return r;
@@ -163,7 +198,7 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
     const Tensor dout = up(sd.unpack(kOp)), stats = ss.unpack(kOp);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
-    DoubleBackward r = fused ? *fused : double_backward(q, k, v, dout, stats, o, cot);
+    DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);
     const DType dt = qv.dtype();
     std::vector<Tensor> res{r.q.to(dt), r.k.to(dt), r.v.to(dt)};
     if (mask_grad) res.push_back(r.mask.to(dt));

@@ -1,5 +1,6 @@
 // SDPA's ragged layout (DESIGN §4): the offset checks, the kernels' row views, and the
-// padding and unpadding through which sdpa_reference computes it in the padded layout.
+// padding and unpadding through which sdpa_reference and the composed double backward compute
+// it in the padded layout.
 #include <algorithm>
 
 #include "ops/op_util.h"
@@ -86,10 +87,26 @@ View ragged_rows(const Tensor& t, int64_t batch, int64_t max) {
               {0, t.stride(1), t.stride(0), t.stride(2)}};
 }
 
+View sdpa_rows(const Tensor& t, const SdpaParams& p, bool query_rows) {
+  if (!p.ragged()) return view_of(t);
+  return ragged_rows(t, p.batch(), query_rows ? p.len_q() : p.len_kv());
+}
+
 Tensor sequence_lengths(const std::vector<int64_t>& cu, Device device) {
   std::vector<int64_t> len(cu.size() - 1);
   for (size_t b = 0; b + 1 < cu.size(); ++b) len[b] = cu[b + 1] - cu[b];
   return from_vector(len, {static_cast<int64_t>(len.size())}).to(device);
+}
+
+SdpaPadded sdpa_padded(const SdpaOptions& opts, const SdpaRagged& r, Device device) {
+  SdpaPadded p{opts, zeros({r.batch, 1, 1, 1}, TensorOptions(kInt64).device(device))};
+  p.opts.cu_seqlens_q.reset();
+  p.opts.cu_seqlens_kv.reset();
+  p.opts.seq_len_q = sequence_lengths(r.cu_q, device);
+  p.opts.seq_len_kv = sequence_lengths(r.cu_kv, device);
+  if (opts.causal_align == CausalAlign::BottomRight)
+    p.row_shift = sub(*p.opts.seq_len_kv, *p.opts.seq_len_q).reshape({r.batch, 1, 1, 1});
+  return p;
 }
 
 Tensor pad_sequences(const Tensor& t, const std::vector<int64_t>& cu, int64_t max) {

@@ -97,17 +97,10 @@ SdpaResult dense_reference(const Tensor& q, const Tensor& k, const Tensor& v,
 // already index the padded layout (DESIGN §4).
 SdpaResult ragged_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                             const SdpaOptions& opts, const detail::SdpaRagged& r) {
-  SdpaOptions o = opts;
-  o.cu_seqlens_q.reset();
-  o.cu_seqlens_kv.reset();
-  o.seq_len_q = detail::sequence_lengths(r.cu_q, q.device());
-  o.seq_len_kv = detail::sequence_lengths(r.cu_kv, q.device());
-  Tensor shift = zeros({r.batch, 1, 1, 1}, TensorOptions(kInt64).device(q.device()));
-  if (opts.causal_align == CausalAlign::BottomRight)
-    shift = sub(*o.seq_len_kv, *o.seq_len_q).reshape({r.batch, 1, 1, 1});
-  const SdpaResult d = dense_reference(detail::pad_sequences(q, r.cu_q, r.max_q),
-                                       detail::pad_sequences(k, r.cu_kv, r.max_kv),
-                                       detail::pad_sequences(v, r.cu_kv, r.max_kv), o, shift);
+  const detail::SdpaPadded padded = detail::sdpa_padded(opts, r, q.device());
+  const SdpaResult d = dense_reference(
+      detail::pad_sequences(q, r.cu_q, r.max_q), detail::pad_sequences(k, r.cu_kv, r.max_kv),
+      detail::pad_sequences(v, r.cu_kv, r.max_kv), padded.opts, padded.row_shift);
   return {detail::unpad_sequences(d.out, r.cu_q), detail::unpad_sequences(d.stats, r.cu_q)};
 }
 

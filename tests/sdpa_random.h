@@ -1,12 +1,17 @@
-// The random SDPA options of the kernel-against-reference sweeps (test_sdpa.cpp,
-// test_sdpa_ragged.cpp): scale, causal in either alignment, window, ALiBi, softcap, dropout.
+// What the SDPA sweeps (test_sdpa.cpp, test_sdpa_ragged.cpp, test_sdpa_paged.cpp) share: their
+// random options (scale, causal in either alignment, window, ALiBi, softcap, dropout), the
+// options' description, and the second-order gradients the double-backward sweeps compare.
 #pragma once
 #include <tapegrad.h>
 
+#include "test_util.h"
+
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace tgtest {
 
@@ -53,6 +58,36 @@ inline std::string describe_options(const tg::SdpaOptions& o, int mask_kind,
      << " pad=" << bool(o.seq_len_q) << bool(o.seq_len_kv) << " alibi=" << o.alibi
      << " softcap=" << o.softcap << " p=" << o.dropout_p << " strided=" << strided;
   return os.str();
+}
+
+using SdpaFn = std::function<tg::SdpaResult(const tg::Tensor&, const tg::Tensor&, const tg::Tensor&,
+                                            const tg::SdpaOptions&)>;
+
+// The second-order gradients of <dout, out> through `attend` (sdpa or sdpa_reference): the
+// first-order gradients made with create_graph (of q, k, v, and of `float_mask` when defined,
+// which then replaces opts.mask), then d<cot, grads>/d(q, k, v[, mask], dout) for random
+// cotangents cot drawn from `seed`.
+inline std::vector<tg::Tensor> second_order(const SdpaFn& attend, const tg::Tensor& q_in,
+                                            const tg::Tensor& k_in, const tg::Tensor& v_in,
+                                            const tg::Tensor& dout_in, const tg::Tensor& float_mask,
+                                            const tg::SdpaOptions& opts, uint64_t seed) {
+  using tg::Tensor;
+  Tensor q = q_in.detach().requires_grad_(), k = k_in.detach().requires_grad_();
+  Tensor v = v_in.detach().requires_grad_(), dout = dout_in.detach().requires_grad_();
+  tg::SdpaOptions o = opts;
+  std::vector<Tensor> wrt{q, k, v};
+  if (float_mask.defined()) {
+    o.mask = float_mask.detach().requires_grad_();
+    wrt.push_back(*o.mask);
+  }
+  auto first = tg::grad({attend(q, k, v, o).out}, wrt, {dout}, std::nullopt, true, true);
+  Tensor l2 = tg::zeros({}, q.dtype());
+  for (size_t i = 0; i < first.size(); ++i) {
+    CHECK(first[i].requires_grad());
+    l2 = tg::add(l2, tg::sum(tg::mul(first[i], rnd(first[i].sizes(), seed + i).to(q.dtype()))));
+  }
+  wrt.push_back(dout);
+  return tg::grad({l2}, wrt, {}, std::nullopt, true);
 }
 
 }  // namespace tgtest

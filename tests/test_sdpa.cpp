@@ -251,28 +251,10 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
 
 namespace {
 
-// The second-order gradients of <dout, out> through `attend` (sdpa or sdpa_reference): the
-// first-order gradients made with create_graph, then d<cot, grads>/d(q, k, v, mask, dout).
-std::vector<Tensor> second_order(
-    const std::function<SdpaResult(const Tensor&, const Tensor&, const Tensor&,
-                                   const SdpaOptions&)>& attend,
-    const Inputs& in, const Config& c, const SdpaOptions& o, uint64_t seed) {
-  Tensor q = in.q.detach().requires_grad_(), k = in.k.detach().requires_grad_();
-  Tensor v = in.v.detach().requires_grad_(), dout = in.dout.detach().requires_grad_();
-  SdpaOptions oo = o;
-  std::vector<Tensor> wrt{q, k, v};
-  if (c.mask_kind == 1) {
-    oo.mask = in.mask.detach().requires_grad_();
-    wrt.push_back(*oo.mask);
-  }
-  auto first = grad({attend(q, k, v, oo).out}, wrt, {dout}, std::nullopt, true, true);
-  Tensor l2 = zeros({}, q.dtype());
-  for (size_t i = 0; i < first.size(); ++i) {
-    CHECK(first[i].requires_grad());
-    l2 = add(l2, sum(mul(first[i], rnd(first[i].sizes(), seed + i).to(q.dtype()))));
-  }
-  wrt.push_back(dout);
-  return grad({l2}, wrt, {}, std::nullopt, true);
+std::vector<Tensor> second_order(const tgtest::SdpaFn& attend, const Inputs& in, const Config& c,
+                                 const SdpaOptions& o, uint64_t seed) {
+  return tgtest::second_order(attend, in.q, in.k, in.v, in.dout,
+                              c.mask_kind == 1 ? in.mask : Tensor(), o, seed);
 }
 
 }  // namespace
