@@ -37,12 +37,28 @@ inline bool scatter_add_rows(Backend& be, Device d, const View& grad, const View
 
 // --- SDPA
 
+// The stand-in of one SDPA row view through `convert` (f.in, f.out or f.inout). A ragged row
+// view (batch stride 0, its sequences' rows found through the offsets) is converted as the
+// `packed` rows of the tensor behind it, then seen as a row view again.
+template <class Convert>
+View sdpa_rows(const SdpaParams& p, const View& v, int64_t packed, Convert&& convert) {
+  if (!p.ragged() || !v.data) return convert(v);
+  View whole = v;
+  whole.sizes[0] = 1;
+  whole.sizes[2] = packed;
+  View r = convert(whole);
+  r.sizes = v.sizes;
+  r.strides[0] = 0;
+  return r;
+}
+
 inline SdpaParams sdpa_inputs(HalfAsFloat& f, const SdpaParams& p) {
+  const auto in = [&f](const View& v) { return f.in(v); };
   SdpaParams w = p;
-  w.q = f.in(p.q);
-  w.k = f.in(p.k);
-  w.v = f.in(p.v);
-  w.mask = f.in(p.mask);
+  w.q = sdpa_rows(p, p.q, p.packed_q, in);
+  w.k = sdpa_rows(p, p.k, p.packed_kv, in);
+  w.v = sdpa_rows(p, p.v, p.packed_kv, in);
+  w.mask = f.in(p.mask);  // (B, Hq, Sq, Skv) in either layout
   return w;
 }
 
@@ -50,7 +66,7 @@ inline bool sdpa_forward(Backend& be, Device d, const SdpaParams& p) {
   if (!is_half(p.q.dtype)) return false;
   with_float32(be, d, [&](HalfAsFloat& f) {
     SdpaParams w = sdpa_inputs(f, p);
-    w.out = f.out(p.out);
+    w.out = sdpa_rows(p, p.out, p.packed_q, [&f](const View& v) { return f.out(v); });
     be.sdpa_forward(w);
   });
   return true;
@@ -62,9 +78,13 @@ inline bool sdpa_backward(Backend& be, Device d, const SdpaParams& p, const View
                           const SdpaGradViews& g) {
   if (!is_half(p.q.dtype)) return false;
   with_float32(be, d, [&](HalfAsFloat& f) {
+    const auto in = [&f](const View& v) { return f.in(v); };
+    const auto out = [&f](const View& v) { return f.out(v); };
     SdpaParams w = sdpa_inputs(f, p);
-    w.out = f.in(p.out);
-    be.sdpa_backward(w, f.in(dout), {f.out(g.dq), f.out(g.dk), f.out(g.dv), f.inout(g.dscores)});
+    w.out = sdpa_rows(p, p.out, p.packed_q, in);
+    be.sdpa_backward(w, sdpa_rows(p, dout, p.packed_q, in),
+                     {sdpa_rows(p, g.dq, p.packed_q, out), sdpa_rows(p, g.dk, p.packed_kv, out),
+                      sdpa_rows(p, g.dv, p.packed_kv, out), f.inout(g.dscores)});
   });
   return true;
 }

@@ -9,6 +9,43 @@
 
 namespace tg {
 
+// Where sequence b of a batch lies and what it may see: its rows start at q0 / kv0 of the row
+// views, rows_q / rows_kv of them exist in memory, len_q / len_kv are not padding, and
+// shift turns its query rows into aligned positions. Dense: q0 = kv0 = 0, rows the full Sq /
+// Skv, lengths from seq_len_q / seq_len_kv, the tensors' shift; ragged: everything from the
+// sequence's own offsets, so bottom-right alignment and ALiBi use its own lengths.
+struct SdpaSequence {
+  int64_t q0, kv0, rows_q, rows_kv, len_q, len_kv, shift;
+};
+
+// What SdpaSequence is read from, as plain pointers (host or device memory, as the kernel's),
+// so that the CPU and CUDA kernels compute it with the same code.
+struct SdpaLengths {
+  const int64_t *cu_q = nullptr, *cu_kv = nullptr;    // ragged: (B + 1) offsets
+  const int64_t *len_q = nullptr, *len_kv = nullptr;  // dense, optional: (B) lengths
+  int64_t cu_q_stride = 0, cu_kv_stride = 0, len_q_stride = 0, len_kv_stride = 0;
+  int64_t Sq = 0, Skv = 0;  // dense: the tensors' lengths
+  bool bottom_right = false;
+
+  TG_HD SdpaSequence of(int64_t b) const {
+    SdpaSequence s{};
+    if (cu_q) {
+      s.q0 = cu_q[b * cu_q_stride];
+      s.kv0 = cu_kv[b * cu_kv_stride];
+      s.rows_q = s.len_q = cu_q[(b + 1) * cu_q_stride] - s.q0;
+      s.rows_kv = s.len_kv = cu_kv[(b + 1) * cu_kv_stride] - s.kv0;
+      s.shift = bottom_right ? s.len_kv - s.len_q : 0;
+      return s;
+    }
+    s.rows_q = Sq;
+    s.rows_kv = Skv;
+    s.len_q = len_q ? len_q[b * len_q_stride] : Sq;
+    s.len_kv = len_kv ? len_kv[b * len_kv_stride] : Skv;
+    s.shift = bottom_right ? Skv - Sq : 0;
+    return s;
+  }
+};
+
 struct SdpaParams {
   // q (B, Hq, Sq, Dqk), k (B, Hk, Skv, Dqk), v (B, Hk, Skv, Dv), any strides.
   View q, k, v;
@@ -29,6 +66,10 @@ struct SdpaParams {
   // kv_rows[cu_seqlens_kv[b] + j] of the k and v row views, so a paged cache's blocks are
   // read in place instead of gathered first.
   View kv_rows;
+  // Ragged: the rows of the packed tensors behind the row views, q's (out's, dq's) and k's
+  // (v's, dk's, dv's; with kv_rows the pool's). The kernels never need them; a copy of a row
+  // view does (the 16-bit stand-ins of half_kernels.h).
+  int64_t packed_q = 0, packed_kv = 0;
   double scale = 1.0;
   double softcap = 0.0;
   bool causal = false;
@@ -48,38 +89,19 @@ struct SdpaParams {
   bool ragged() const { return cu_seqlens_q.data != nullptr; }
   // Shift from a query row to its aligned position: 0 (top-left) or Skv - Sq (bottom-right).
   int64_t align_shift() const { return bottom_right ? len_kv() - len_q() : 0; }
-};
-
-// Where sequence b of a batch lies and what it may see: its rows start at q0 / kv0 of the row
-// views, rows_q / rows_kv of them exist in memory, len_q / len_kv are not padding, and
-// shift turns its query rows into aligned positions. Dense: q0 = kv0 = 0, rows the full Sq /
-// Skv, lengths from seq_len_q / seq_len_kv, the tensors' shift; ragged: everything from the
-// sequence's own offsets, so bottom-right alignment and ALiBi use its own lengths.
-struct SdpaSequence {
-  int64_t q0, kv0, rows_q, rows_kv, len_q, len_kv, shift;
-};
-
-inline int64_t sdpa_index_at(const View& v, int64_t i) {
-  return static_cast<const int64_t*>(v.data)[i * v.strides[0]];
-}
-
-inline SdpaSequence sdpa_sequence(const SdpaParams& p, int64_t b) {
-  SdpaSequence s{};
-  if (p.ragged()) {
-    s.q0 = sdpa_index_at(p.cu_seqlens_q, b);
-    s.kv0 = sdpa_index_at(p.cu_seqlens_kv, b);
-    s.rows_q = s.len_q = sdpa_index_at(p.cu_seqlens_q, b + 1) - s.q0;
-    s.rows_kv = s.len_kv = sdpa_index_at(p.cu_seqlens_kv, b + 1) - s.kv0;
-    s.shift = p.bottom_right ? s.len_kv - s.len_q : 0;
-    return s;
+  // Each sequence's place and lengths (SdpaLengths::of), read from the views above.
+  SdpaLengths lengths() const {
+    const auto ptr = [](const View& v) { return static_cast<const int64_t*>(v.data); };
+    const auto stride = [](const View& v) { return v.data ? v.strides[0] : 0; };
+    return {ptr(cu_seqlens_q),    ptr(cu_seqlens_kv),    ptr(seq_len_q),
+            ptr(seq_len_kv),      stride(cu_seqlens_q),  stride(cu_seqlens_kv),
+            stride(seq_len_q),    stride(seq_len_kv),    len_q(),
+            len_kv(),             bottom_right};
   }
-  s.rows_q = p.len_q();
-  s.rows_kv = p.len_kv();
-  s.len_q = p.seq_len_q.data ? sdpa_index_at(p.seq_len_q, b) : s.rows_q;
-  s.len_kv = p.seq_len_kv.data ? sdpa_index_at(p.seq_len_kv, b) : s.rows_kv;
-  s.shift = p.align_shift();
-  return s;
-}
+};
+
+// Sequence b of a call whose offsets or lengths are in host memory (the CPU kernels).
+inline SdpaSequence sdpa_sequence(const SdpaParams& p, int64_t b) { return p.lengths().of(b); }
 
 // The element of a (B, H, S, 1) stats view at (b, h, row).
 template <class T>

@@ -11,7 +11,10 @@
 // turn, and the caches' memory at the end: the contiguous cache's tensors, the paged pools
 // (against the bytes of the tokens they actually hold: the partial last blocks are the rest).
 //
-//   bench_paged [threads] [reps] [prompt] [tokens] [batch]
+// The contiguous cache's tokens are read back once at the end, the paged cache's every step
+// (sample_batch's way), so on CUDA the paged timing includes a device sync per step.
+//
+//   bench_paged [threads] [reps] [prompt] [tokens] [batch] [cpu|cuda]
 #include <tapegrad.h>
 
 #include <cstdio>
@@ -40,7 +43,8 @@ int64_t cache_bytes(const tg::nn::KVCache& c) {
 Ids decode_contiguous(const tg::nn::Transformer& m, const Ids& prompts, int64_t batch,
                       int64_t tokens, int64_t& bytes) {
   tg::nn::KVCache cache;
-  tg::Tensor next = tg::from_vector(prompts, {batch, static_cast<int64_t>(prompts.size()) / batch});
+  tg::Tensor next = tg::from_vector(prompts, {batch, static_cast<int64_t>(prompts.size()) / batch},
+                                    tg::TensorOptions(tg::kInt64).device(m.device()));
   std::vector<tg::Tensor> picked;
   for (int64_t t = 0; t < tokens; ++t) {
     const tg::Tensor logits = m.forward(next, cache);
@@ -65,15 +69,16 @@ Ids decode_paged(const tg::nn::Transformer& m, const std::vector<Ids>& prompts, 
   tg::nn::PagedKVCache cache = m.paged_cache(kBlock, blocks);
   for (size_t b = 0; b < prompts.size(); ++b) cache.add_sequence();
   const auto batch = static_cast<int64_t>(prompts.size());
+  const tg::TensorOptions on_device = tg::TensorOptions(tg::kInt64).device(m.device());
   std::vector<Ids> out(prompts.size());
   for (int64_t t = 0; t < tokens; ++t) {
-    const tg::Tensor logits =
-        m.forward(tg::from_vector(ids, {static_cast<int64_t>(ids.size())}), counts, cache);
+    const tg::Tensor logits = m.forward(
+        tg::from_vector(ids, {static_cast<int64_t>(ids.size())}, on_device), counts, cache);
     Ids last;  // each sequence's last row
     int64_t at = -1;
     for (int64_t n : counts) last.push_back(at += n);
-    ids =
-        tg::argmax(tg::embedding(logits, tg::from_vector(last, {batch})), -1).to_vector<int64_t>();
+    ids = tg::argmax(tg::embedding(logits, tg::from_vector(last, {batch}, on_device)), -1)
+              .to_vector<int64_t>();
     counts.assign(prompts.size(), 1);
     for (size_t b = 0; b < prompts.size(); ++b) out[b].push_back(ids[b]);
   }
@@ -87,7 +92,7 @@ Ids decode_paged(const tg::nn::Transformer& m, const std::vector<Ids>& prompts, 
 
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
-    const bench::Args args = bench::parse_args("bench_paged", argc, argv, 5, {"cpu"});
+    const bench::Args args = bench::parse_args("bench_paged", argc, argv, 5, {"cpu", "cuda"});
     const int threads = args.number(0, "threads", 0), reps = args.number(1, "reps", 5);
     const int64_t prompt = args.number(2, "prompt", 32), tokens = args.number(3, "tokens", 96),
                   batch = args.number(4, "batch", 8);
@@ -95,6 +100,7 @@ int main(int argc, char** argv) {
     bench::print_machine();
     tg::nn::Transformer model(
         {.vocab = 256, .d_model = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768}, 1);
+    model.to(args.device == "cuda" ? tg::kCUDA : tg::kCPU);
     model.eval();
     tg::NoGradGuard no_grad;
     std::printf(

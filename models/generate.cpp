@@ -95,10 +95,6 @@ std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
   check_sample_options(opts, kOp);
   TG_CHECK(opts.block_size > 0, kOp, "argument 'block_size' must be positive, got ",
            opts.block_size);
-  TG_CHECK(model.device() == kCPU, kOp,
-           "several prompts decode through a paged K/V cache, which runs on the CPU for now; "
-           "the model is on ",
-           model.device());
   for (size_t b = 0; b < prompts.size(); ++b)
     check_prompt(prompts[b], model.config().vocab, kOp, "prompt " + std::to_string(b));
   NoGradGuard no_grad;
@@ -123,8 +119,9 @@ std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
       ids.insert(ids.end(), feeds[b].begin(), feeds[b].end());
       counts.push_back(static_cast<int64_t>(feeds[b].size()));
     }
-    const Tensor logits =
-        model.forward(from_vector(ids, {static_cast<int64_t>(ids.size())}), counts, cache);
+    const Tensor logits = model.forward(from_vector(ids, {static_cast<int64_t>(ids.size())},
+                                                    TensorOptions(kInt64).device(model.device())),
+                                        counts, cache);
     int64_t last = -1;  // each sequence's last fed token: its row of logits predicts the next
     for (size_t b = 0; b < prompts.size(); ++b) {
       last += counts[b];

@@ -83,6 +83,8 @@ SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v
     p.v = detail::ragged_rows(v, B, Skv);
     p.cu_seqlens_q = detail::view_of(*o.cu_seqlens_q);
     p.cu_seqlens_kv = detail::view_of(*o.cu_seqlens_kv);
+    p.packed_q = q.size(0);
+    p.packed_kv = k.size(0);
   } else {
     p.q = detail::view_of(q);
     p.k = detail::view_of(k);
@@ -117,22 +119,12 @@ SdpaParams detail::sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v
 
 namespace {
 
-// The ragged layout runs on the CPU kernels alone for now.
-void check_ragged_device(const SdpaParams& p, const Tensor& q) {
-  TG_CHECK(!p.ragged() || q.device() == kCPU, kOp,
-           "the ragged layout (cu_seqlens_q/kv) runs on the CPU for now; q is on ", q.device());
-}
-
 // out's shape (last = Dv) and stats' (last = 1) in either layout: q's with another last dim.
 Shape rows_of_q(const Tensor& q, int64_t last) {
   Shape s = q.sizes();
   s.back() = last;
   return s;
 }
-
-}  // namespace
-
-namespace {
 
 // The forward kernel on checked parameters: out (q's shape, last dim dv) and stats.
 SdpaResult run_forward(const Tensor& q, int64_t dv, SdpaParams p) {
@@ -160,7 +152,6 @@ SdpaResult run_forward(const Tensor& q, int64_t dv, SdpaParams p) {
 SdpaResult sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                         const SdpaOptions& opts) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  check_ragged_device(p, q);
   return run_forward(q, v.sizes().back(), p);
 }
 
@@ -172,13 +163,15 @@ SdpaResult detail::sdpa_forward_rows(const Tensor& q, const Tensor& k_rows, cons
     return rows.narrow(0, 0, 1).expand({n, rows.size(1), rows.size(2)});
   };
   SdpaParams p = detail::sdpa_params(q, stand_in(k_rows), stand_in(v_rows), opts);
-  TG_CHECK(p.ragged() && q.device() == kCPU && kv_rows.dtype() == kInt64 && kv_rows.dim() == 1 &&
-               kv_rows.is_contiguous() && kv_rows.device() == kCPU,
-           kOp, "internal: keys read through row indices need the ragged layout on the CPU");
+  TG_CHECK(p.ragged() && kv_rows.dtype() == kInt64 && kv_rows.dim() == 1 &&
+               kv_rows.is_contiguous() && kv_rows.device() == q.device(),
+           kOp, "internal: keys read through row indices need the ragged layout and the indices "
+           "on q's device");
   // ...then read where they are.
   p.k = detail::ragged_rows(k_rows, p.batch(), p.len_kv());
   p.v = detail::ragged_rows(v_rows, p.batch(), p.len_kv());
   p.kv_rows = detail::view_of(kv_rows);
+  p.packed_kv = k_rows.size(0);
   return run_forward(q, v_rows.sizes().back(), p);
 }
 
@@ -187,7 +180,6 @@ SdpaGrads detail::sdpa_backward_impl(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& out, const Tensor& dout, const Tensor& stats,
                                      const SdpaOptions& opts, bool want_dmask) {
   SdpaParams p = detail::sdpa_params(q, k, v, opts);
-  check_ragged_device(p, q);
   const Shape out_shape = rows_of_q(q, v.sizes().back()), stats_shape = rows_of_q(q, 1);
   for (auto [t, name, shape] :
        {std::tuple{&out, "out", out_shape}, std::tuple{&dout, "dout", out_shape},

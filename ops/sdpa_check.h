@@ -46,8 +46,8 @@ SdpaParams sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // sdpa's ragged forward (no autograd) with keys and values read in place through row indices:
 // sequence b's key j is row kv_rows[cu_seqlens_kv[b] + j] of k_rows (R, Hk, Dqk) and v_rows
 // (R, Hk, Dv) (R >= 1), as if those rows had been gathered into the ragged k and v. int64
-// contiguous kv_rows, each in [0, R) (the caller's promise), CPU only: tg::sdpa_paged's path
-// when no gradient is wanted.
+// contiguous kv_rows on q's device, each in [0, R) (the caller's promise): tg::sdpa_paged's
+// path when no gradient is wanted.
 SdpaResult sdpa_forward_rows(const Tensor& q, const Tensor& k_rows, const Tensor& v_rows,
                              const Tensor& kv_rows, const SdpaOptions& opts);
 

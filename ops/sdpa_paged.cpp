@@ -32,6 +32,7 @@ Tensor from_rows(const Tensor& t, int64_t batch) {
 // The offsets of ragged queries (Tq, Hq, D): 1-D int64, 0 first, never decreasing, Tq last.
 std::vector<int64_t> query_offsets(const Tensor& cu, const Tensor& q) {
   detail::check_dtype(cu, kInt64, kOp, "cu_seqlens_q");
+  detail::check_same_device(q, cu, kOp, "cu_seqlens_q");
   TG_CHECK(cu.dim() == 1 && cu.numel() >= 1, kOp,
            "argument 'cu_seqlens_q' must be 1-D with B + 1 offsets, got shape ",
            shape_str(cu.sizes()));
@@ -56,8 +57,6 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
     detail::check_defined(*t, kOp, arg);
     if (t != &q) detail::check_same_device(q, *t, kOp, arg);
   }
-  TG_CHECK(q.device() == kCPU, kOp,
-           "runs on the CPU for now (through sdpa's ragged layout); q is on ", q.device());
   TG_CHECK(!opts.seq_len_q && !opts.seq_len_kv && !opts.cu_seqlens_kv, kOp,
            "the keys' lengths are the argument 'seq_len_kv': the options must not give "
            "seq_len_q, seq_len_kv or cu_seqlens_kv too");
@@ -112,10 +111,12 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
     }
     cu_kv.push_back(cu_kv.back() + len);
   }
-  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())});
+  // The row indices and offsets on q's device, where the kernel reads them.
+  const TensorOptions idx = TensorOptions(kInt64).device(q.device());
+  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())}, idx);
   SdpaOptions o = opts;
-  o.cu_seqlens_q = from_vector(cu_q, {batch + 1});
-  o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1});
+  o.cu_seqlens_q = from_vector(cu_q, {batch + 1}, idx);
+  o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1}, idx);
   const Tensor qr = ragged_q ? q : to_rows(q);
   SdpaResult r;
   if (!(grad_enabled() && any_requires_grad({q, k_pool, v_pool})) && !rows.empty()) {

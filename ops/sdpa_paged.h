@@ -13,8 +13,8 @@ namespace tg {
 // P * block (the table's entries past them are ignored and may be anything, e.g. -1). Every
 // option applies per sequence as in sdpa's ragged layout: bottom-right alignment and ALiBi to
 // each sequence's own key count (decoding: the Sq new rows are each sequence's last), a mask
-// broadcast to (B, Hq, Sq, max seq_len_kv), dropout indexing that padded layout. CPU only for
-// now (as sdpa's ragged layout). Differentiable: when a gradient is wanted the keys are
+// broadcast to (B, Hq, Sq, max seq_len_kv), dropout indexing that padded layout. On the CPU and
+// CUDA (every tensor on q's device). Differentiable: when a gradient is wanted the keys are
 // gathered through the table into the ragged layout and sdpa runs, the pools' gradient flowing
 // back through the gather (blocks may be shared); without one (decoding) the kernel reads the
 // blocks in place, with the same numbers bitwise.

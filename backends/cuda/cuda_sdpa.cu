@@ -3,8 +3,10 @@
 // warp per query row (forward, and the backward's dQ pass) or per key row (the backward's
 // dK/dV pass), keys or queries taken 32 at a time, one per lane, with the online softmax of
 // the forward and P rebuilt from the saved logsumexp in the backward. Every option of
-// DESIGN.md §4 through the same per-element rules as the CPU (sdpa_params.h); nothing of
-// size Sq x Skv is held, no atomics, so the backward is deterministic.
+// DESIGN.md §4 through the same per-element rules as the CPU (sdpa_params.h), in the dense
+// and the ragged layout (the grid covers the longest sequence; the rows past a sequence's own
+// return at once); nothing of size Sq x Skv is held, no atomics, so the backward is
+// deterministic.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -38,13 +40,12 @@ Args<T> make_args(const SdpaParams& p) {
   strides4(p.out, a.outs);
   strides4(p.out, a.os);
   a.stats = static_cast<T*>(p.stats.data);
+  strides4(p.stats, a.sts);
   a.mask = p.mask.data;
   a.mask_bool = p.mask.dtype == kBool;
   strides4(p.mask, a.ms);
-  a.lens_q = static_cast<const int64_t*>(p.seq_len_q.data);
-  a.lens_kv = static_cast<const int64_t*>(p.seq_len_kv.data);
-  a.lqs = p.seq_len_q.data ? p.seq_len_q.strides[0] : 0;
-  a.lkvs = p.seq_len_kv.data ? p.seq_len_kv.strides[0] : 0;
+  a.lens = p.lengths();
+  a.kv_rows = static_cast<const int64_t*>(p.kv_rows.data);
   a.B = p.batch();
   a.Hq = p.heads_q();
   a.Hk = p.heads_kv();
@@ -57,7 +58,6 @@ Args<T> make_args(const SdpaParams& p) {
   a.keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   a.causal = p.causal;
   a.alibi = p.alibi;
-  a.shift = p.align_shift();
   a.window = p.window;
   a.dropout_p = static_cast<float>(p.dropout_p);
   a.seed = p.seed;
@@ -136,15 +136,18 @@ __global__ void forward_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
   WarpRow<T> w;
   if (!warp_row(smem_raw, a.Dqk, a.B, a.Hq, a.Sq, w)) return;
+  const int64_t i = w.pos, h = w.head, b = w.b;
+  const SdpaSequence sq = a.seq(b);
+  if (i >= sq.rows_q) return;  // past a ragged sequence's rows (the whole warp)
   T* qs = w.smem;
   const int lane = w.lane;
-  const int64_t row = w.row, i = w.pos, h = w.head, b = w.b;
-  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
+  const int64_t qi = sq.q0 + i;  // the row in the row views
+  const int64_t hk = h / (a.Hq / a.Hk);
   const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
-  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
+  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, qi, d)] * a.scale;
   __syncwarp();
-  const int64_t ia = i + a.shift;
-  const IndexRange keys = sdpa_key_range(a.causal, a.window, ia, ia, i < lq ? lkv : 0);
+  const int64_t ia = i + sq.shift;
+  const IndexRange keys = sdpa_key_range(a.causal, a.window, ia, ia, i < sq.len_q ? sq.len_kv : 0);
   const int64_t lo = keys.lo, hi = keys.hi;
   T m = ninf, l = 0, acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0;
@@ -152,10 +155,10 @@ __global__ void forward_kernel(Args<T> a) {
     const int64_t j = j0 + lane;
     T s = ninf, t = 0;
     if (j < hi) {
-      const T* kr = a.k + at4(a.ks, b, hk, j, 0);
+      const T* kr = a.k + at4(a.ks, b, hk, a.key_row(sq, j), 0);
       T dot = 0;
       for (int64_t d = 0; d < a.Dqk; ++d) dot += qs[d] * kr[d * a.ks[3]];
-      s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+      s = a.score(b, h, i, j, dot, slope, sq, &t);
     }
     const T m_new = max(m, warp_max(s));
     if (m_new == ninf) continue;  // nothing visible yet (the same on every lane)
@@ -170,13 +173,13 @@ __global__ void forward_kernel(Args<T> a) {
     for (int u = 0; u < n; ++u) {
       const T pj = __shfl_sync(0xffffffffu, pd, u);
       if (pj == T(0)) continue;
-      lane_axpy(acc, pj, a.v + at4(a.vs, b, hk, j0 + u, 0), a.vs[3], a.Dv, lane);
+      lane_axpy(acc, pj, a.v + at4(a.vs, b, hk, a.key_row(sq, j0 + u), 0), a.vs[3], a.Dv, lane);
     }
   }
   const bool any = l > T(0);
   const T inv = any ? T(1) / l : T(0);
-  lane_store(acc, inv, a.out + at4(a.outs, b, h, i, 0), a.outs[3], a.Dv, lane);
-  if (lane == 0) a.stats[row] = any ? m + log(l) : ninf;
+  lane_store(acc, inv, a.out + at4(a.outs, b, h, qi, 0), a.outs[3], a.Dv, lane);
+  if (lane == 0) a.stat(b, h, qi) = any ? m + log(l) : ninf;
 }
 
 // Backward, pass 1 (a warp per query row): D = rowsum(dO * O), dQ, and the score gradient.
@@ -185,24 +188,27 @@ __global__ void backward_dq_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
   WarpRow<T> w;
   if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hq, a.Sq, w)) return;
+  const int64_t row = w.row, i = w.pos, h = w.head, b = w.b;
+  const SdpaSequence sq = a.seq(b);
+  if (i >= sq.rows_q) return;  // past a ragged sequence's rows (the whole warp)
   T *qs = w.smem, *dos = w.smem + a.Dqk;
   const int lane = w.lane;
-  const int64_t row = w.row, i = w.pos, h = w.head, b = w.b;
-  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
+  const int64_t qi = sq.q0 + i;  // the row in the row views
+  const int64_t hk = h / (a.Hq / a.Hk);
   const T ninf = -std::numeric_limits<T>::infinity(), slope = a.slope_of(h);
-  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, i, d)] * a.scale;
+  for (int64_t d = lane; d < a.Dqk; d += 32) qs[d] = a.q[at4(a.qs, b, h, qi, d)] * a.scale;
   T dsum = 0;
   for (int64_t d = lane; d < a.Dv; d += 32) {
-    dos[d] = a.dout[at4(a.dos, b, h, i, d)];
-    dsum += dos[d] * a.o[at4(a.os, b, h, i, d)];
+    dos[d] = a.dout[at4(a.dos, b, h, qi, d)];
+    dsum += dos[d] * a.o[at4(a.os, b, h, qi, d)];
   }
   const T delta = warp_sum(dsum);
   if (lane == 0) a.delta[row] = delta;
   __syncwarp();
-  const T lse = a.stats[row];
-  const int64_t ia = i + a.shift;
+  const T lse = a.stat(b, h, qi);
+  const int64_t ia = i + sq.shift;
   const IndexRange keys =
-      sdpa_key_range(a.causal, a.window, ia, ia, i < lq && lse != ninf ? lkv : 0);
+      sdpa_key_range(a.causal, a.window, ia, ia, i < sq.len_q && lse != ninf ? sq.len_kv : 0);
   const int64_t lo = keys.lo, hi = keys.hi;
   T acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0;
@@ -210,12 +216,12 @@ __global__ void backward_dq_kernel(Args<T> a) {
     const int64_t j = j0 + lane;
     T ds = 0;
     if (j < hi) {
-      const T* kr = a.k + at4(a.ks, b, hk, j, 0);
-      const T* vr = a.v + at4(a.vs, b, hk, j, 0);
+      const T* kr = a.k + at4(a.ks, b, hk, sq.kv0 + j, 0);
+      const T* vr = a.v + at4(a.vs, b, hk, sq.kv0 + j, 0);
       T dot = 0, dp = 0, t = 0;
       for (int64_t d = 0; d < a.Dqk; ++d) dot += qs[d] * kr[d * a.ks[3]];
       for (int64_t d = 0; d < a.Dv; ++d) dp += dos[d] * vr[d * a.vs[3]];
-      const T s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+      const T s = a.score(b, h, i, j, dot, slope, sq, &t);
       const T p = s == ninf ? T(0) : scalar::exp_any(s - lse);
       if (a.dropout_p > 0) dp = a.keep(b, h, i, j) ? dp * a.keep_scale : T(0);
       ds = p * (dp - delta);
@@ -226,10 +232,10 @@ __global__ void backward_dq_kernel(Args<T> a) {
     for (int u = 0; u < n; ++u) {
       const T dsj = __shfl_sync(0xffffffffu, ds, u);
       if (dsj == T(0)) continue;
-      lane_axpy(acc, dsj, a.k + at4(a.ks, b, hk, j0 + u, 0), a.ks[3], a.Dqk, lane);
+      lane_axpy(acc, dsj, a.k + at4(a.ks, b, hk, sq.kv0 + j0 + u, 0), a.ks[3], a.Dqk, lane);
     }
   }
-  lane_store(acc, a.scale, a.dq + at4(a.dqs, b, h, i, 0), a.dqs[3], a.Dqk, lane);
+  lane_store(acc, a.scale, a.dq + at4(a.dqs, b, h, qi, 0), a.dqs[3], a.Dqk, lane);
 }
 
 // Backward, pass 2 (a warp per key row of a key/value head): dK and dV summed over the
@@ -239,15 +245,18 @@ __global__ void backward_dkv_kernel(Args<T> a) {
   extern __shared__ unsigned char smem_raw[];
   WarpRow<T> w;
   if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hk, a.Skv, w)) return;
-  const int64_t j = w.pos, hk = w.head, b = w.b;  // key row j of kv head hk
+  const int64_t j = w.pos, hk = w.head, b = w.b;  // key j of kv head hk
+  const SdpaSequence sq = a.seq(b);
+  if (j >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole warp)
+  const int64_t kj = sq.kv0 + j;  // the row in the row views
   const int lane = w.lane;
   T *ks = w.smem, *vs = w.smem + a.Dqk;
-  for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, j, d)];
-  for (int64_t d = lane; d < a.Dv; d += 32) vs[d] = a.v[at4(a.vs, b, hk, j, d)];
+  for (int64_t d = lane; d < a.Dqk; d += 32) ks[d] = a.k[at4(a.ks, b, hk, kj, d)];
+  for (int64_t d = lane; d < a.Dv; d += 32) vs[d] = a.v[at4(a.vs, b, hk, kj, d)];
   __syncwarp();
   // Query rows that can see key j.
-  const int64_t lq = a.len_q(b), lkv = a.len_kv(b);
-  const IndexRange rows = sdpa_query_range(a.causal, a.window, a.shift, j, j, j < lkv ? lq : 0);
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, sq.shift, j, j, j < sq.len_kv ? sq.len_q : 0);
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
   const T ninf = -std::numeric_limits<T>::infinity();
   T dk[kPer], dv[kPer];
@@ -259,14 +268,14 @@ __global__ void backward_dkv_kernel(Args<T> a) {
       const int64_t i = i0 + lane;
       T pd = 0, ds = 0;
       if (i < i_hi) {
-        const int64_t r = (b * a.Hq + h) * a.Sq + i;
-        const T lse = a.stats[r];
-        const T* qr = a.q + at4(a.qs, b, h, i, 0);
-        const T* dr = a.dout + at4(a.dos, b, h, i, 0);
+        const int64_t r = (b * a.Hq + h) * a.Sq + i;  // delta's padded row
+        const T lse = a.stat(b, h, sq.q0 + i);
+        const T* qr = a.q + at4(a.qs, b, h, sq.q0 + i, 0);
+        const T* dr = a.dout + at4(a.dos, b, h, sq.q0 + i, 0);
         T dot = 0, dp = 0, t = 0;
         for (int64_t d = 0; d < a.Dqk; ++d) dot += (qr[d * a.qs[3]] * a.scale) * ks[d];
         for (int64_t d = 0; d < a.Dv; ++d) dp += dr[d * a.dos[3]] * vs[d];
-        const T s = a.score(b, h, i, j, dot, slope, lq, lkv, &t);
+        const T s = a.score(b, h, i, j, dot, slope, sq, &t);
         const T p = s == ninf || lse == ninf ? T(0) : scalar::exp_any(s - lse);
         pd = p;
         if (a.dropout_p > 0) {
@@ -280,14 +289,14 @@ __global__ void backward_dkv_kernel(Args<T> a) {
       const int n = i_hi - i0 < 32 ? static_cast<int>(i_hi - i0) : 32;
       for (int u = 0; u < n; ++u) {
         const T pu = __shfl_sync(0xffffffffu, pd, u), du = __shfl_sync(0xffffffffu, ds, u);
-        if (pu != T(0))
-          lane_axpy(dv, pu, a.dout + at4(a.dos, b, h, i0 + u, 0), a.dos[3], a.Dv, lane);
-        if (du != T(0)) lane_axpy(dk, du, a.q + at4(a.qs, b, h, i0 + u, 0), a.qs[3], a.Dqk, lane);
+        const int64_t qu = sq.q0 + i0 + u;
+        if (pu != T(0)) lane_axpy(dv, pu, a.dout + at4(a.dos, b, h, qu, 0), a.dos[3], a.Dv, lane);
+        if (du != T(0)) lane_axpy(dk, du, a.q + at4(a.qs, b, h, qu, 0), a.qs[3], a.Dqk, lane);
       }
     }
   }
-  lane_store(dk, a.scale, a.dk + at4(a.dks, b, hk, j, 0), a.dks[3], a.Dqk, lane);
-  lane_store(dv, T(1), a.dv + at4(a.dvs, b, hk, j, 0), a.dvs[3], a.Dv, lane);
+  lane_store(dk, a.scale, a.dk + at4(a.dks, b, hk, kj, 0), a.dks[3], a.Dqk, lane);
+  lane_store(dv, T(1), a.dv + at4(a.dvs, b, hk, kj, 0), a.dvs[3], a.Dv, lane);
 }
 
 // Calls f(std::integral_constant<int, values per lane>) for the larger head dim.

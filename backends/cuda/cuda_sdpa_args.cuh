@@ -9,50 +9,62 @@
 
 namespace tg::cuda {
 
+// The row views are (B, H, S, D) at any strides; in the ragged layout (SdpaParams) their batch
+// stride is 0, S is the longest sequence, and sequence b's rows start at seq(b).q0 / kv0.
 template <class T>
 struct Args {
   const T *q, *k, *v, *o, *dout;
   int64_t qs[4], ks[4], vs[4], os[4], dos[4];
   T *out, *stats, *delta, *dq, *dk, *dv, *dscores;
-  int64_t outs[4], dqs[4], dks[4], dvs[4];
+  int64_t outs[4], sts[4], dqs[4], dks[4], dvs[4];
   const void* mask;
   bool mask_bool;
   int64_t ms[4];
-  const int64_t *lens_q, *lens_kv;
-  int64_t lqs, lkvs;
+  SdpaLengths lens;        // each sequence's place, lengths and alignment
+  const int64_t* kv_rows;  // forward, ragged: key row kv0 + j is row kv_rows[kv0 + j]
   int64_t B, Hq, Hk, Sq, Skv, Dqk, Dv;
   T scale, softcap, keep_scale;
   bool causal, alibi;
-  int64_t shift, window;
+  int64_t window;
   float dropout_p;
   uint64_t seed, offset;
 
-  __device__ int64_t len_q(int64_t b) const { return lens_q ? lens_q[b * lqs] : Sq; }
-  __device__ int64_t len_kv(int64_t b) const { return lens_kv ? lens_kv[b * lkvs] : Skv; }
+  __device__ SdpaSequence seq(int64_t b) const { return lens.of(b); }
+  // Where sequence s's key j lies in the k and v row views.
+  __device__ int64_t key_row(const SdpaSequence& s, int64_t j) const {
+    return kv_rows ? kv_rows[s.kv0 + j] : s.kv0 + j;
+  }
+  // The logsumexp of query row `row` (of the row views) of head h.
+  __device__ T& stat(int64_t b, int64_t h, int64_t row) const {
+    return stats[b * sts[0] + h * sts[1] + row * sts[2]];
+  }
+  // Dropout's draw for sequence b's row i and key j: their place in the padded (B, Hq, Sq, Skv)
+  // layout in either layout (DESIGN §4).
   __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
     const uint64_t linear = ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
     return sdpa_keep(seed, offset, linear, dropout_p);
   }
-  // The final score of (b, h, i, j) from its scaled dot product: -inf where causal, window,
-  // padding or a boolean mask hide the key; else softcap, ALiBi and the float mask, in the
-  // CPU's order. *t receives tanh(dot / softcap) for the backward's chain rule.
-  __device__ T score(int64_t b, int64_t h, int64_t i, int64_t j, T dot, T slope, int64_t lq,
-                     int64_t lkv, T* t) const {
+  // The final score of sequence b's row i and key j of head h (indices within the sequence)
+  // from its scaled dot product: -inf where causal, window, padding or a boolean mask hide the
+  // key; else softcap, ALiBi and the float mask, in the CPU's order. *t receives
+  // tanh(dot / softcap) for the backward's chain rule.
+  __device__ T score(int64_t b, int64_t h, int64_t i, int64_t j, T dot, T slope,
+                     const SdpaSequence& s, T* t) const {
     const T ninf = -std::numeric_limits<T>::infinity();
-    const int64_t ia = i + shift;
-    if (i >= lq || j >= lkv || !sdpa_visible(causal, window, ia, j)) return ninf;
-    T s = dot;
-    if (softcap > T(0)) s = sdpa_softcap(s, softcap, *t);
-    if (alibi) s = sdpa_alibi(s, slope, ia, j);
+    const int64_t ia = i + s.shift;
+    if (i >= s.len_q || j >= s.len_kv || !sdpa_visible(causal, window, ia, j)) return ninf;
+    T v = dot;
+    if (softcap > T(0)) v = sdpa_softcap(v, softcap, *t);
+    if (alibi) v = sdpa_alibi(v, slope, ia, j);
     if (mask) {
       const int64_t off = b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3];
       if (mask_bool) {
         if (!static_cast<const bool*>(mask)[off]) return ninf;
       } else {
-        s += static_cast<const T*>(mask)[off];
+        v += static_cast<const T*>(mask)[off];
       }
     }
-    return s;
+    return v;
   }
   __device__ T slope_of(int64_t h) const {
     return alibi ? static_cast<T>(alibi_slope(h, Hq)) : T(0);
@@ -85,7 +97,8 @@ template <class T>
 void set_grad_args(Args<T>& a, const View& dout, const SdpaGradViews& g);
 
 // The tiled kernels (float32, head dims up to 128); false when they do not apply and the
-// simple kernels should run. `delta` holds rowsum(dO * O) per query row for the backward.
+// simple kernels should run. `delta` holds rowsum(dO * O) per query row for the backward,
+// indexed as the padded (B, Hq, Sq) rows in either layout.
 bool sdpa_flash_forward(int device, const Args<float>& a);
 bool sdpa_flash_backward(int device, const Args<float>& a);
 

@@ -4,7 +4,10 @@
 // Thread (ty, tx) of the 16 x 16 grid owns tile rows 4 ty .. 4 ty + 3 and columns
 // tx + 16 c, so the 16 threads of a row are one half-warp and row reductions are shuffles.
 // Scores go through Args::score, the same per-element rules as the CPU and the simple
-// kernels; tiles that causal, window or padding remove entirely are never visited.
+// kernels; tiles that causal, window or padding remove entirely are never visited. In the
+// ragged layout the grid covers the longest sequence and a block whose tile starts past its
+// sequence's rows returns at once; tiles are loaded from the sequence's first row (and keys,
+// for tg::sdpa_paged, through Args::kv_rows).
 //
 // The backward is deterministic: dK and dV are summed by the block that owns the key tile,
 // over the query heads of its group and the query tiles in order; dQ has its own pass over
@@ -26,17 +29,19 @@ constexpr int kLdp = kB + 1;  // padded row of a score tile in shared memory
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// rows x kD of a (B, H, S, D) view from row0, times `factor`, into dst (row stride kD + 1);
-// zeros past `rows_total` and past `width`, so the products need no bounds.
+// kB rows x kD of a (B, H, S, D) row view, rows row0 .. row0 + kB - 1, times `factor`, into
+// dst (row stride kD + 1); zeros from row `row_end` on and past `width`, so the products need
+// no bounds. With `at`, row r of the view is row at[r] (the paged layout's key rows).
 template <int kD>
 __device__ void load_tile(float* dst, const float* src, const int64_t* st, int64_t b, int64_t h,
-                          int64_t row0, int64_t rows_total, int64_t width, float factor) {
+                          int64_t row0, int64_t row_end, int64_t width, float factor,
+                          const int64_t* at = nullptr) {
   const float* base = src + b * st[0] + h * st[1];
   for (int idx = threadIdx.x; idx < kB * kD; idx += kT) {
     const int r = idx / kD, d = idx % kD;
     const int64_t row = row0 + r;
     float v = 0;
-    if (row < rows_total && d < width) v = base[row * st[2] + d * st[3]] * factor;
+    if (row < row_end && d < width) v = base[(at ? at[row] : row) * st[2] + d * st[3]] * factor;
     dst[r * (kD + 1) + d] = v;
   }
 }
@@ -89,12 +94,12 @@ __device__ __forceinline__ float half_warp_sum(float v) {
 }
 
 // The keys [lo, hi) that causal, window and padding leave visible to some row of the query
-// tile [i0, i0 + rows).
-__device__ __forceinline__ void key_range(const Args<float>& a, int64_t i0, int64_t lq, int64_t lkv,
+// tile [i0, i0 + kB) of sequence sq.
+__device__ __forceinline__ void key_range(const Args<float>& a, const SdpaSequence& sq, int64_t i0,
                                           int64_t& lo, int64_t& hi) {
-  const int64_t rows = min(static_cast<int64_t>(kB), a.Sq - i0);
-  const IndexRange r =
-      sdpa_key_range(a.causal, a.window, i0 + a.shift, i0 + rows - 1 + a.shift, i0 < lq ? lkv : 0);
+  const int64_t rows = min(static_cast<int64_t>(kB), sq.rows_q - i0);
+  const IndexRange r = sdpa_key_range(a.causal, a.window, i0 + sq.shift, i0 + rows - 1 + sq.shift,
+                                      i0 < sq.len_q ? sq.len_kv : 0);
   lo = r.lo;
   hi = r.hi < r.lo ? r.lo : r.hi;
 }
@@ -107,11 +112,13 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t tiles = (a.Sq + kB - 1) / kB, blk = blockIdx.x;
   const int64_t i0 = (blk % tiles) * kB, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
-  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
+  const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
   const float slope = a.slope_of(h);
-  load_tile<kD>(Qs, a.q, a.qs, b, h, i0, a.Sq, a.Dqk, a.scale);
+  load_tile<kD>(Qs, a.q, a.qs, b, h, sq.q0 + i0, q_end, a.Dqk, a.scale);
   int64_t lo, hi;
-  key_range(a, i0, lq, lkv, lo, hi);
+  key_range(a, sq, i0, lo, hi);
   float m[kR], l[kR], o[kR][kD / 16];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -122,8 +129,8 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
   }
   for (int64_t j0 = lo; j0 < hi; j0 += kB) {
     __syncthreads();  // the last tile's reads are done
-    load_tile<kD>(Ks, a.k, a.ks, b, hk, j0, a.Skv, a.Dqk, 1.0f);
-    load_tile<kD>(Vs, a.v, a.vs, b, hk, j0, a.Skv, a.Dv, 1.0f);
+    load_tile<kD>(Ks, a.k, a.ks, b, hk, sq.kv0 + j0, kv_end, a.Dqk, 1.0f, a.kv_rows);
+    load_tile<kD>(Vs, a.v, a.vs, b, hk, sq.kv0 + j0, kv_end, a.Dv, 1.0f, a.kv_rows);
     __syncthreads();
     float s[kR][kC] = {};
     tile_abt<kD>(Qs, Ks, s);
@@ -135,7 +142,7 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
       for (int c = 0; c < kC; ++c) {
         const int64_t j = j0 + tx + 16 * c;
         float t = 0;
-        s[r][c] = i < a.Sq && j < hi ? a.score(b, h, i, j, s[r][c], slope, lq, lkv, &t) : kNegInf;
+        s[r][c] = i < sq.rows_q && j < hi ? a.score(b, h, i, j, s[r][c], slope, sq, &t) : kNegInf;
         mx = fmaxf(mx, s[r][c]);
       }
       const float m_new = fmaxf(m[r], half_warp_max(mx));
@@ -170,15 +177,15 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t i = i0 + 4 * ty + r;
-    if (i >= a.Sq) continue;
+    if (i >= sq.rows_q) continue;
     const bool any = l[r] > 0;
     const float inv = any ? 1.0f / l[r] : 0.0f;
 #pragma unroll
     for (int e = 0; e < kD / 16; ++e) {
       const int64_t d = tx + 16 * e;
-      if (d < a.Dv) a.out[at4(a.outs, b, h, i, d)] = o[r][e] * inv;
+      if (d < a.Dv) a.out[at4(a.outs, b, h, sq.q0 + i, d)] = o[r][e] * inv;
     }
-    if (tx == 0) a.stats[(b * a.Hq + h) * a.Sq + i] = any ? m[r] + logf(l[r]) : kNegInf;
+    if (tx == 0) a.stat(b, h, sq.q0 + i) = any ? m[r] + logf(l[r]) : kNegInf;
   }
 }
 
@@ -188,9 +195,11 @@ __global__ void delta_kernel(Args<float> a) {
   const int lane = threadIdx.x % 32;
   if (row >= a.B * a.Hq * a.Sq) return;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i >= sq.rows_q) return;  // past a ragged sequence's rows
   float acc = 0;
   for (int64_t d = lane; d < a.Dv; d += 32)
-    acc += a.dout[at4(a.dos, b, h, i, d)] * a.o[at4(a.os, b, h, i, d)];
+    acc += a.dout[at4(a.dos, b, h, sq.q0 + i, d)] * a.o[at4(a.os, b, h, sq.q0 + i, d)];
   acc = warp_sum(acc);
   if (lane == 0) a.delta[row] = acc;
 }
@@ -199,10 +208,10 @@ __global__ void delta_kernel(Args<float> a) {
 // and sets *pd to the probability as the forward used it (after dropout).
 __device__ __forceinline__ float score_grad(const Args<float>& a, int64_t b, int64_t h, int64_t i,
                                             int64_t j, bool valid, float dot, float dp, float lse,
-                                            float delta, float slope, int64_t lq, int64_t lkv,
+                                            float delta, float slope, const SdpaSequence& sq,
                                             float* pd, float* ds_raw) {
   float t = 0;
-  const float s = valid ? a.score(b, h, i, j, dot, slope, lq, lkv, &t) : kNegInf;
+  const float s = valid ? a.score(b, h, i, j, dot, slope, sq, &t) : kNegInf;
   const float p = s == kNegInf || lse == kNegInf ? 0.0f : scalar::exp_f32(s - lse);
   *pd = p;
   if (a.dropout_p > 0 && p != 0.0f) {
@@ -225,13 +234,15 @@ __global__ void __launch_bounds__(kT) backward_dkv_kernel(Args<float> a) {
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t tiles = (a.Skv + kB - 1) / kB, blk = blockIdx.x;
   const int64_t j0 = (blk % tiles) * kB, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
-  const int64_t G = a.Hq / a.Hk, lq = a.len_q(b), lkv = a.len_kv(b);
-  load_tile<kD>(Ks, a.k, a.ks, b, hk, j0, a.Skv, a.Dqk, 1.0f);
-  load_tile<kD>(Vs, a.v, a.vs, b, hk, j0, a.Skv, a.Dv, 1.0f);
+  const SdpaSequence sq = a.seq(b);
+  if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
+  const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  load_tile<kD>(Ks, a.k, a.ks, b, hk, sq.kv0 + j0, kv_end, a.Dqk, 1.0f);
+  load_tile<kD>(Vs, a.v, a.vs, b, hk, sq.kv0 + j0, kv_end, a.Dv, 1.0f);
   // Query rows that can see some key of [j0, j_last].
-  const int64_t j_last = min(j0 + kB, a.Skv) - 1;
+  const int64_t j_last = min(j0 + kB, sq.rows_kv) - 1;
   const IndexRange rows =
-      sdpa_query_range(a.causal, a.window, a.shift, j0, j_last, j0 < lkv ? lq : 0);
+      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
   float dk[kR][kD / 16] = {}, dv[kR][kD / 16] = {};
   for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
@@ -239,11 +250,11 @@ __global__ void __launch_bounds__(kT) backward_dkv_kernel(Args<float> a) {
     const int64_t row_base = (b * a.Hq + h) * a.Sq;
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += kB) {
       __syncthreads();
-      load_tile<kD>(Qs, a.q, a.qs, b, h, i0, a.Sq, a.Dqk, a.scale);
-      load_tile<kD>(dOs, a.dout, a.dos, b, h, i0, a.Sq, a.Dv, 1.0f);
+      load_tile<kD>(Qs, a.q, a.qs, b, h, sq.q0 + i0, q_end, a.Dqk, a.scale);
+      load_tile<kD>(dOs, a.dout, a.dos, b, h, sq.q0 + i0, q_end, a.Dv, 1.0f);
       for (int r = threadIdx.x; r < kB; r += kT) {
-        const bool in = i0 + r < a.Sq;
-        lse_s[r] = in ? a.stats[row_base + i0 + r] : kNegInf;
+        const bool in = i0 + r < sq.rows_q;
+        lse_s[r] = in ? a.stat(b, h, sq.q0 + i0 + r) : kNegInf;
         dl_s[r] = in ? a.delta[row_base + i0 + r] : 0.0f;
       }
       __syncthreads();
@@ -258,8 +269,8 @@ __global__ void __launch_bounds__(kT) backward_dkv_kernel(Args<float> a) {
           const int q = tx + 16 * c;
           const int64_t i = i0 + q;
           float pd, raw;
-          const float ds = score_grad(a, b, h, i, j, i < i_hi && j < a.Skv, st[r][c], dpt[r][c],
-                                      lse_s[q], dl_s[q], slope, lq, lkv, &pd, &raw);
+          const float ds = score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[r][c],
+                                      dpt[r][c], lse_s[q], dl_s[q], slope, sq, &pd, &raw);
           PdT[(4 * ty + r) * kLdp + q] = pd;
           dST[(4 * ty + r) * kLdp + q] = ds;
         }
@@ -273,12 +284,12 @@ __global__ void __launch_bounds__(kT) backward_dkv_kernel(Args<float> a) {
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t j = j0 + 4 * ty + r;
-    if (j >= a.Skv) continue;
+    if (j >= sq.rows_kv) continue;
 #pragma unroll
     for (int e = 0; e < kD / 16; ++e) {
       const int64_t d = tx + 16 * e;
-      if (d < a.Dqk) a.dk[at4(a.dks, b, hk, j, d)] = dk[r][e];
-      if (d < a.Dv) a.dv[at4(a.dvs, b, hk, j, d)] = dv[r][e];
+      if (d < a.Dqk) a.dk[at4(a.dks, b, hk, sq.kv0 + j, d)] = dk[r][e];
+      if (d < a.Dv) a.dv[at4(a.dvs, b, hk, sq.kv0 + j, d)] = dv[r][e];
     }
   }
 }
@@ -292,25 +303,27 @@ __global__ void __launch_bounds__(kT) backward_dq_kernel(Args<float> a) {
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t tiles = (a.Sq + kB - 1) / kB, blk = blockIdx.x;
   const int64_t i0 = (blk % tiles) * kB, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
-  const int64_t hk = h / (a.Hq / a.Hk), lq = a.len_q(b), lkv = a.len_kv(b);
-  const int64_t row_base = (b * a.Hq + h) * a.Sq;
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
+  const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's and the score gradient's rows
   const float slope = a.slope_of(h);
-  load_tile<kD>(Qs, a.q, a.qs, b, h, i0, a.Sq, a.Dqk, a.scale);
-  load_tile<kD>(dOs, a.dout, a.dos, b, h, i0, a.Sq, a.Dv, 1.0f);
+  load_tile<kD>(Qs, a.q, a.qs, b, h, sq.q0 + i0, q_end, a.Dqk, a.scale);
+  load_tile<kD>(dOs, a.dout, a.dos, b, h, sq.q0 + i0, q_end, a.Dv, 1.0f);
   float lse[kR], dl[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t i = i0 + 4 * ty + r;
-    lse[r] = i < a.Sq ? a.stats[row_base + i] : kNegInf;
-    dl[r] = i < a.Sq ? a.delta[row_base + i] : 0.0f;
+    lse[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
+    dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
   }
   int64_t lo, hi;
-  key_range(a, i0, lq, lkv, lo, hi);
+  key_range(a, sq, i0, lo, hi);
   float dq[kR][kD / 16] = {};
   for (int64_t j0 = lo; j0 < hi; j0 += kB) {
     __syncthreads();
-    load_tile<kD>(Ks, a.k, a.ks, b, hk, j0, a.Skv, a.Dqk, 1.0f);
-    load_tile<kD>(Vs, a.v, a.vs, b, hk, j0, a.Skv, a.Dv, 1.0f);
+    load_tile<kD>(Ks, a.k, a.ks, b, hk, sq.kv0 + j0, kv_end, a.Dqk, 1.0f);
+    load_tile<kD>(Vs, a.v, a.vs, b, hk, sq.kv0 + j0, kv_end, a.Dv, 1.0f);
     __syncthreads();
     float s[kR][kC] = {}, dp[kR][kC] = {};
     tile_abt<kD>(Qs, Ks, s);
@@ -321,10 +334,10 @@ __global__ void __launch_bounds__(kT) backward_dq_kernel(Args<float> a) {
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
         const int64_t j = j0 + tx + 16 * c;
-        const bool valid = i < a.Sq && j < hi;
+        const bool valid = i < sq.rows_q && j < hi;
         float pd, raw;
         const float ds = score_grad(a, b, h, i, j, valid, s[r][c], dp[r][c], lse[r], dl[r], slope,
-                                    lq, lkv, &pd, &raw);
+                                    sq, &pd, &raw);
         if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = raw;
         dSs[(4 * ty + r) * kLdp + tx + 16 * c] = ds;
       }
@@ -335,11 +348,11 @@ __global__ void __launch_bounds__(kT) backward_dq_kernel(Args<float> a) {
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t i = i0 + 4 * ty + r;
-    if (i >= a.Sq) continue;
+    if (i >= sq.rows_q) continue;
 #pragma unroll
     for (int e = 0; e < kD / 16; ++e) {
       const int64_t d = tx + 16 * e;
-      if (d < a.Dqk) a.dq[at4(a.dqs, b, h, i, d)] = dq[r][e] * a.scale;
+      if (d < a.Dqk) a.dq[at4(a.dqs, b, h, sq.q0 + i, d)] = dq[r][e] * a.scale;
     }
   }
 }

@@ -1,0 +1,281 @@
+// The ragged and paged layouts on CUDA against the CPU: ragged sdpa over random configurations
+// (float32 through the tiled and the simple kernels, float64, bfloat16) with NaN-poisoned
+// device allocations, sdpa_paged reading the blocks in place and gathered, create_graph through
+// the ragged layout, and the model's packed training steps and paged decoding.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "cuda_parity.h"
+#include "sdpa_random.h"
+
+using namespace tg;
+using namespace cudatest;
+
+namespace {
+
+std::vector<int64_t> offsets(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu{0};
+  for (int64_t n : lens) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+struct RaggedConfig {
+  std::vector<int64_t> len_q, len_kv;
+  int64_t Hq = 1, Hk = 1, Dqk = 8, Dv = 8;
+  SdpaOptions opts;
+  Shape mask_shape;  // empty: no mask
+  bool bool_mask = false, strided = false;
+  int64_t B() const { return static_cast<int64_t>(len_q.size()); }
+  int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
+  int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
+  std::string describe() const {
+    std::ostringstream os;
+    os << "len_q=" << shape_str(len_q) << " len_kv=" << shape_str(len_kv) << " Hq=" << Hq
+       << " Hk=" << Hk << " Dqk=" << Dqk << " Dv=" << Dv
+       << tgtest::describe_options(opts,
+                                   mask_shape.empty() ? 0
+                                   : bool_mask        ? 2
+                                                      : 1,
+                                   mask_shape, strided);
+    return os.str();
+  }
+};
+
+// Up to 4 sequences of 0 to 20 rows, or sometimes 0 to 150 (several 64-row tiles); head dims
+// on both sides of the tiled kernels' 128.
+RaggedConfig random_config(std::mt19937_64& rng) {
+  tgtest::Draws draw{rng};
+  const int64_t dims[] = {8, 16, 32, 40, 64, 72, 96, 128, 160};
+  RaggedConfig c;
+  const int64_t B = draw.pick(1, 4), longest = draw.coin(0.3) ? 150 : 20;
+  const bool self = draw.coin(0.5);
+  for (int64_t b = 0; b < B; ++b) {
+    c.len_q.push_back(draw.pick(0, longest));
+    c.len_kv.push_back(self ? c.len_q.back() : draw.pick(0, longest));
+  }
+  if (c.max_q() == 0) c.len_q.back() = 1;
+  if (c.max_kv() == 0) c.len_kv.front() = 1;
+  c.Hk = draw.pick(1, 2);
+  c.Hq = c.Hk * draw.pick(1, 3);
+  c.Dqk = dims[draw.pick(0, 8)];
+  c.Dv = draw.coin(0.6) ? c.Dqk : dims[draw.pick(0, 8)];
+  c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 40, .alibi = 0.2});
+  if (draw.coin(0.4)) {  // a mask broadcast from a random subset of (B, Hq, max Sq, max Skv)
+    c.mask_shape = {draw.coin(0.5) ? B : 1, draw.coin(0.5) ? c.Hq : 1,
+                    draw.coin(0.8) ? c.max_q() : 1, draw.coin(0.9) ? c.max_kv() : 1};
+    c.bool_mask = draw.coin(0.5);
+  }
+  c.strided = draw.coin(0.3);
+  return c;
+}
+
+// One configuration's tensors on the CPU (float64) and the options for `device`.
+struct RaggedCall {
+  Tensor q, k, v, dout, mask;
+  std::vector<int64_t> cu_q, cu_kv;
+  SdpaOptions options(const RaggedConfig& c, Device device) const {
+    SdpaOptions o = c.opts;
+    const TensorOptions idx = TensorOptions(kInt64).device(device);
+    o.cu_seqlens_q = from_vector(cu_q, {c.B() + 1}, idx);
+    o.cu_seqlens_kv = from_vector(cu_kv, {c.B() + 1}, idx);
+    if (mask.defined()) o.mask = mask.to(device);
+    return o;
+  }
+};
+
+RaggedCall make_call(const RaggedConfig& c, uint64_t seed) {
+  RaggedCall r;
+  r.cu_q = offsets(c.len_q);
+  r.cu_kv = offsets(c.len_kv);
+  r.q = tgtest::rnd({r.cu_q.back(), c.Hq, c.Dqk}, seed);
+  r.k = tgtest::rnd({r.cu_kv.back(), c.Hk, c.Dqk}, seed + 1);
+  r.v = tgtest::rnd({r.cu_kv.back(), c.Hk, c.Dv}, seed + 2);
+  r.dout = tgtest::rnd({r.cu_q.back(), c.Hq, c.Dv}, seed + 3);
+  if (!c.mask_shape.empty())
+    r.mask = c.bool_mask ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
+                         : tgtest::rnd(c.mask_shape, seed + 4, -3, 1);
+  return r;
+}
+
+// t in dtype dt on `device`; strided: stored heads outermost, (H, T, D), seen as (T, H, D).
+Tensor placed(const Tensor& t, DType dt, Device device, bool strided) {
+  const Tensor x = t.to(dt).to(device);
+  return strided ? x.transpose(0, 1).contiguous().transpose(0, 1) : x;
+}
+
+// Forward and backward of one call in dtype dt on both devices (the device's allocations
+// poisoned with NaN, so an element no kernel writes fails), compared.
+void compare_devices(const RaggedConfig& c, const RaggedCall& call, DType dt, double tol,
+                     double grad_tol) {
+  CAPTURE(dt);
+  SdpaOptions cpu = call.options(c, kCPU), gpu = call.options(c, kCUDA);
+  if (call.mask.defined() && !c.bool_mask) {
+    cpu.mask = cpu.mask->to(dt);
+    gpu.mask = gpu.mask->to(dt);
+  }
+  const Tensor q = placed(call.q, dt, kCPU, false), k = placed(call.k, dt, kCPU, false);
+  const Tensor v = placed(call.v, dt, kCPU, false), dout = call.dout.to(dt);
+  const Tensor gq = placed(call.q, dt, kCUDA, c.strided), gk = placed(call.k, dt, kCUDA, c.strided);
+  const Tensor gv = placed(call.v, dt, kCUDA, c.strided), gdout = dout.to(kCUDA);
+  const SdpaResult rc = sdpa_forward(q, k, v, cpu);
+  const SdpaGrads gc = sdpa_backward(q, k, v, rc.out, dout, rc.stats, cpu);
+  cuda_poison_allocations(true);
+  const SdpaResult rg = sdpa_forward(gq, gk, gv, gpu);
+  const SdpaGrads gg = sdpa_backward(gq, gk, gv, rg.out, gdout, rg.stats, gpu);
+  cuda_poison_allocations(false);
+  compare("out", rc.out, rg.out, tol);
+  compare("stats", rc.stats, rg.stats, tol);
+  compare("dq", gc.dq, gg.dq, grad_tol);
+  compare("dk", gc.dk, gg.dk, grad_tol);
+  compare("dv", gc.dv, gg.dv, grad_tol);
+  if (gc.dmask.defined()) compare("dmask", gc.dmask, gg.dmask, grad_tol);
+}
+
+}  // namespace
+
+TEST_CASE("ragged sdpa: CUDA against CPU over random configurations, outputs poisoned") {
+  std::mt19937_64 rng(2027);
+  int tiled = 0, several_tiles = 0;
+  for (int n = 0; n < 80; ++n) {
+    const RaggedConfig c = random_config(rng);
+    const RaggedCall call = make_call(c, 4000 + static_cast<uint64_t>(n) * 10);
+    INFO("config " << n << ": " << c.describe());
+    tiled += std::max(c.Dqk, c.Dv) <= 128;
+    several_tiles += c.max_q() > 64 || c.max_kv() > 64;
+    compare_devices(c, call, kFloat32, 2e-5, 1e-4);
+    // float64 runs the simple kernels, to float64 rounding.
+    if (n % 4 == 0) compare_devices(c, call, kFloat64, 1e-12, 1e-12);
+    // bfloat16: the CPU reads the 16-bit rows in place, CUDA through float32 stand-ins of the
+    // packed tensors; both accumulate in float32 and round once, so they differ by at most a
+    // bfloat16 rounding (2^-8) of the larger results.
+    if (n % 8 == 0) compare_devices(c, call, kBFloat16, 0x1p-7, 0x1p-6);
+  }
+  CHECK(tiled > 40);
+  CHECK(several_tiles > 10);
+}
+
+TEST_CASE("sdpa_paged on CUDA: blocks read in place and gathered, as the CPU reads them") {
+  // Three sequences of 0, 5 and 37 keys in blocks of 4 placed in a shuffled pool; ragged
+  // queries (1, 3 and 2 new rows), causal bottom-right, GQA, ALiBi.
+  const int64_t block = 4, blocks = 16, pages = 10, Hq = 4, Hk = 2, D = 64;
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> order(blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const std::vector<int64_t> lengths{0, 5, 37};
+  std::vector<int64_t> table(3 * pages, -1);
+  size_t next = 0;
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t p = 0; p * block < lengths[b]; ++p) table[b * pages + p] = order[next++];
+  const Tensor k_pool = tgtest::rnd({blocks, block, Hk, D}, 1).to(kFloat32);
+  const Tensor v_pool = tgtest::rnd({blocks, block, Hk, D}, 2).to(kFloat32);
+  const Tensor q = tgtest::rnd({6, Hq, D}, 3).to(kFloat32);
+  const Tensor t = from_vector(table, {3, pages}), len = from_vector(lengths, {3});
+  SdpaOptions o;
+  o.causal = true;
+  o.causal_align = CausalAlign::BottomRight;
+  o.alibi = true;
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 1, 4, 6}, {4});
+  SdpaOptions og = o;
+  og.cu_seqlens_q = o.cu_seqlens_q->to(kCUDA);
+  const SdpaResult want = sdpa_paged(q, k_pool, v_pool, t, len, o);
+  {
+    NoGradGuard no_grad;  // the in-place read (SdpaParams::kv_rows)
+    const SdpaResult got =
+        sdpa_paged(q.to(kCUDA), k_pool.to(kCUDA), v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+    compare("out, in place", want.out, got.out, 2e-5);
+    compare("stats, in place", want.stats, got.stats, 2e-5);
+  }
+  // With gradients: gathered, the pools' gradient flowing back through the gather.
+  Tensor kc = k_pool.detach().requires_grad_(), kg = k_pool.to(kCUDA).requires_grad_();
+  const Tensor w = tgtest::rnd({6, Hq, D}, 4).to(kFloat32);
+  sum(mul(sdpa_paged(q, kc, v_pool, t, len, o).out, w)).backward();
+  const SdpaResult got =
+      sdpa_paged(q.to(kCUDA), kg, v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+  sum(mul(got.out, w.to(kCUDA))).backward();
+  compare("out, gathered", want.out, got.out, 2e-5);
+  compare("k_pool gradient", kc.grad(), kg.grad(), 1e-4);
+}
+
+TEST_CASE("create_graph through the ragged layout on CUDA: second derivatives as the CPU's") {
+  // float64: the CUDA double backward is the padded composition of ops; the CPU's is its tiled
+  // kernel reading the packed rows.
+  const std::vector<int64_t> cu_q{0, 3, 3, 8}, cu_kv{0, 4, 6, 13};
+  const Tensor q = tgtest::rnd({8, 2, 8}, 1), k = tgtest::rnd({13, 1, 8}, 2);
+  const Tensor v = tgtest::rnd({13, 1, 6}, 3), dout = tgtest::rnd({8, 2, 6}, 4);
+  const Tensor mask = tgtest::rnd({3, 1, 5, 7}, 5);
+  const auto second = [&](Device d) {
+    SdpaOptions o;
+    o.causal = true;
+    o.causal_align = CausalAlign::BottomRight;
+    o.softcap = 2.5;
+    o.dropout_p = 0.2;
+    o.seed = 3;
+    const TensorOptions idx = TensorOptions(kInt64).device(d);
+    o.cu_seqlens_q = from_vector(cu_q, {4}, idx);
+    o.cu_seqlens_kv = from_vector(cu_kv, {4}, idx);
+    return tgtest::second_order(sdpa, q.to(d), k.to(d), v.to(d), dout.to(d), mask.to(d), o, 9);
+  };
+  const std::vector<Tensor> want = second(kCPU), got = second(kCUDA);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) compare("second-order gradient", want[i], got[i], 1e-10);
+}
+
+TEST_CASE("the model on CUDA: packed training steps and paged decoding track the CPU's") {
+  nn::TransformerConfig cfg;
+  cfg.vocab = 37;
+  cfg.d_model = 32;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.kv_heads = 2;
+  cfg.attn_dropout = 0.1;
+  nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
+  gpu_model.to(kCUDA);
+  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}),
+      gpu_opt(gpu_model.named_parameters(), {1e-2});
+  auto task = nn::make_task("reverse", 8, /*random_sizes=*/true);
+  for (int64_t step = 0; step < 4; ++step) {
+    const nn::Batch batch = nn::task_packed_batch(*task, 96, 1, step);
+    REQUIRE(batch.packed());
+    Generator d1 = nn::step_dropout_generator(1, step), d2 = nn::step_dropout_generator(1, step);
+    const double lc = nn::train_step(cpu_model, cpu_opt, batch, d1);
+    const double lg = nn::train_step(gpu_model, gpu_opt, batch, d2);
+    INFO("step " << step << ": cpu loss " << lc << ", cuda loss " << lg);
+    CHECK(std::abs(lc - lg) < 1e-4 * (1 + std::abs(lc)));
+  }
+  auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i)
+    compare("parameter " + pc[i].first + " after 4 packed steps", pc[i].second, pg[i].second, 1e-3);
+}
+
+TEST_CASE("paged decoding on CUDA: every step's logits as the CPU's") {
+  nn::TransformerConfig cfg;
+  cfg.vocab = 37;
+  cfg.d_model = 32;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.kv_heads = 2;
+  nn::Transformer cpu_model(cfg, 4), gpu_model(cfg, 4);
+  gpu_model.to(kCUDA);
+  NoGradGuard no_grad;
+  // Blocks of 4 in a pool of 2 that must grow; three sequences: a prefill of 3, 7 and 0 tokens,
+  // then steps of one token each (the third joining late), then a chunk of 5 for the first.
+  nn::PagedKVCache cc = cpu_model.paged_cache(4, 2), gc = gpu_model.paged_cache(4, 2);
+  for (int b = 0; b < 3; ++b) {
+    cc.add_sequence();
+    gc.add_sequence();
+  }
+  const std::vector<std::vector<int64_t>> steps{{3, 7, 0}, {1, 1, 1}, {1, 1, 1}, {5, 0, 1}};
+  int64_t token = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<int64_t> ids;
+    for (int64_t n : steps[s])
+      for (int64_t i = 0; i < n; ++i) ids.push_back(token++ % cfg.vocab);
+    const Tensor t = from_vector(ids, {static_cast<int64_t>(ids.size())});
+    const Tensor want = cpu_model.forward(t, steps[s], cc);
+    const Tensor got = gpu_model.forward(t.to(kCUDA), steps[s], gc);
+    compare("logits of step " + std::to_string(s), want, got, 1e-4);
+  }
+}
