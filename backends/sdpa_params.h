@@ -93,10 +93,19 @@ struct SdpaParams {
   SdpaLengths lengths() const {
     const auto ptr = [](const View& v) { return static_cast<const int64_t*>(v.data); };
     const auto stride = [](const View& v) { return v.data ? v.strides[0] : 0; };
-    return {ptr(cu_seqlens_q),    ptr(cu_seqlens_kv),    ptr(seq_len_q),
-            ptr(seq_len_kv),      stride(cu_seqlens_q),  stride(cu_seqlens_kv),
-            stride(seq_len_q),    stride(seq_len_kv),    len_q(),
-            len_kv(),             bottom_right};
+    SdpaLengths l;
+    l.cu_q = ptr(cu_seqlens_q);
+    l.cu_kv = ptr(cu_seqlens_kv);
+    l.len_q = ptr(seq_len_q);
+    l.len_kv = ptr(seq_len_kv);
+    l.cu_q_stride = stride(cu_seqlens_q);
+    l.cu_kv_stride = stride(cu_seqlens_kv);
+    l.len_q_stride = stride(seq_len_q);
+    l.len_kv_stride = stride(seq_len_kv);
+    l.Sq = len_q();
+    l.Skv = len_kv();
+    l.bottom_right = bottom_right;
+    return l;
   }
 };
 

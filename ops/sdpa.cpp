@@ -165,7 +165,8 @@ SdpaResult detail::sdpa_forward_rows(const Tensor& q, const Tensor& k_rows, cons
   SdpaParams p = detail::sdpa_params(q, stand_in(k_rows), stand_in(v_rows), opts);
   TG_CHECK(p.ragged() && kv_rows.dtype() == kInt64 && kv_rows.dim() == 1 &&
                kv_rows.is_contiguous() && kv_rows.device() == q.device(),
-           kOp, "internal: keys read through row indices need the ragged layout and the indices "
+           kOp,
+           "internal: keys read through row indices need the ragged layout and the indices "
            "on q's device");
   // ...then read where they are.
   p.k = detail::ragged_rows(k_rows, p.batch(), p.len_kv());

@@ -3,16 +3,17 @@
 # run the `cuda` test label, then the GPU benchmarks. For machines without package access
 # (the lent GPU machines), header-only dependencies may come in a .deps/usr tree copied from
 # a Debian machine: they are installed into /usr first when present.
-#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|profile|all]
+#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|ragged|profile|all]
 # test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
-# against PyTorch; profile: Nsight Compute on one forward and one backward of the tiled SDPA
-# kernels (first benchmark case); all: test, bench and sdpa.
+# against PyTorch; ragged: packed against padded training and paged against contiguous
+# decoding on the GPU; profile: Nsight Compute on one forward and one backward of the tiled
+# SDPA kernels (first benchmark case); all: test, bench, sdpa and ragged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/gpu}
 what=${2:-all}
-case "$what" in test | bench | sdpa | profile | all) ;; *)
-  echo "gpu_check.sh: what: expected test, bench, sdpa, profile or all, got '$what'" >&2
+case "$what" in test | bench | sdpa | ragged | profile | all) ;; *)
+  echo "gpu_check.sh: what: expected test, bench, sdpa, ragged, profile or all, got '$what'" >&2
   exit 2 ;;
 esac
 if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
@@ -30,6 +31,10 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = sdpa ] || [ "$what" = all ]; then
   python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda || status=1
+fi
+if [ "$what" = ragged ] || [ "$what" = all ]; then
+  "$build/bench/bench_packed" 8 7 128 cuda || status=1
+  "$build/bench/bench_paged" 8 5 32 96 8 cuda || status=1
 fi
 if [ "$what" = profile ]; then
   # The first case's timed forward runs four forward kernels; skip three, then profile the

@@ -24,6 +24,13 @@ struct Draws {
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
 };
 
+// The ragged layout's offsets (B + 1) of sequences of the given lengths.
+inline std::vector<int64_t> offsets(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu{0};
+  for (int64_t n : lens) cu.push_back(cu.back() + n);
+  return cu;
+}
+
 // How often each option is drawn where the sweeps differ.
 struct SdpaOptionOdds {
   double causal = 0.5;

@@ -12,14 +12,9 @@
 
 using namespace tg;
 using namespace cudatest;
+using tgtest::offsets;
 
 namespace {
-
-std::vector<int64_t> offsets(const std::vector<int64_t>& lens) {
-  std::vector<int64_t> cu{0};
-  for (int64_t n : lens) cu.push_back(cu.back() + n);
-  return cu;
-}
 
 struct RaggedConfig {
   std::vector<int64_t> len_q, len_kv;
@@ -133,6 +128,11 @@ void compare_devices(const RaggedConfig& c, const RaggedCall& call, DType dt, do
   if (gc.dmask.defined()) compare("dmask", gc.dmask, gg.dmask, grad_tol);
 }
 
+// A float32 model as the CLI trains them, small: 4 query heads sharing 2 key/value heads.
+nn::TransformerConfig small_config() {
+  return {.vocab = 37, .d_model = 32, .layers = 2, .heads = 4, .kv_heads = 2};
+}
+
 }  // namespace
 
 TEST_CASE("ragged sdpa: CUDA against CPU over random configurations, outputs poisoned") {
@@ -224,12 +224,7 @@ TEST_CASE("create_graph through the ragged layout on CUDA: second derivatives as
 }
 
 TEST_CASE("the model on CUDA: packed training steps and paged decoding track the CPU's") {
-  nn::TransformerConfig cfg;
-  cfg.vocab = 37;
-  cfg.d_model = 32;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.kv_heads = 2;
+  nn::TransformerConfig cfg = small_config();
   cfg.attn_dropout = 0.1;
   nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
   gpu_model.to(kCUDA);
@@ -251,12 +246,7 @@ TEST_CASE("the model on CUDA: packed training steps and paged decoding track the
 }
 
 TEST_CASE("paged decoding on CUDA: every step's logits as the CPU's") {
-  nn::TransformerConfig cfg;
-  cfg.vocab = 37;
-  cfg.d_model = 32;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.kv_heads = 2;
+  const nn::TransformerConfig cfg = small_config();
   nn::Transformer cpu_model(cfg, 4), gpu_model(cfg, 4);
   gpu_model.to(kCUDA);
   NoGradGuard no_grad;

@@ -11,16 +11,11 @@
 
 using namespace tg;
 using tgtest::check_throws_with_prefix;
+using tgtest::offsets;
 using tgtest::rel_error;
 using tgtest::rnd;
 
 namespace {
-
-std::vector<int64_t> offsets(const std::vector<int64_t>& lens) {
-  std::vector<int64_t> cu{0};
-  for (int64_t n : lens) cu.push_back(cu.back() + n);
-  return cu;
-}
 
 struct Config {
   std::vector<int64_t> len_q, len_kv;
@@ -186,18 +181,23 @@ TEST_CASE("ragged kernels agree with the padded, masked reference over random co
   }
 }
 
-TEST_CASE("ragged sdpa is differentiable through the tape: float64 gradcheck") {
+TEST_CASE(
+    "ragged sdpa is twice differentiable through the tape: float64 gradcheck, gradgradcheck") {
   using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
   // Three sequences: 3 x 4, empty x 2, 2 x 1 (rows x keys); GQA 2:1.
   const Tensor cu_q = from_vector(std::vector<int64_t>{0, 3, 3, 5}, {4});
   const Tensor cu_kv = from_vector(std::vector<int64_t>{0, 4, 6, 7}, {4});
   Tensor q = rnd({5, 2, 4}, 1).requires_grad_(), k = rnd({7, 1, 4}, 2).requires_grad_();
   Tensor v = rnd({7, 1, 3}, 3).requires_grad_(), m = rnd({3, 1, 3, 4}, 4).requires_grad_();
+  const auto ragged = [&cu_q, &cu_kv] {
+    SdpaOptions o;
+    o.cu_seqlens_q = cu_q;
+    o.cu_seqlens_kv = cu_kv;
+    return o;
+  };
   SUBCASE("causal bottom-right, ALiBi, softcap, a float mask with its gradient") {
     Fn f = [&](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.cu_seqlens_q = cu_q;
-      o.cu_seqlens_kv = cu_kv;
+      SdpaOptions o = ragged();
       o.causal = true;
       o.causal_align = CausalAlign::BottomRight;
       o.alibi = true;
@@ -206,13 +206,12 @@ TEST_CASE("ragged sdpa is differentiable through the tape: float64 gradcheck") {
       return sdpa(x[0], x[1], x[2], o).out;
     };
     CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
   }
-  SUBCASE("dropout at a fixed seed, a window, strided inputs") {
+  SUBCASE("dropout at a fixed seed, a window, strided q; the composed double backward too") {
     Tensor qs = rnd({2, 5, 4}, 5).transpose(0, 1).requires_grad_();
     Fn f = [&](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.cu_seqlens_q = cu_q;
-      o.cu_seqlens_kv = cu_kv;
+      SdpaOptions o = ragged();
       o.dropout_p = 0.3;
       o.seed = 11;
       o.window = 2;
@@ -220,6 +219,22 @@ TEST_CASE("ragged sdpa is differentiable through the tape: float64 gradcheck") {
       return sdpa(x[0], x[1], x[2], o).out;
     };
     CHECK_GRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
+    FusedKernelsGuard off(false);
+    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
+  }
+  SUBCASE("a third derivative: the padded double backward is differentiable too") {
+    Tensor w = rnd({5, 2, 3}, 6);
+    Fn dq = [&](const std::vector<Tensor>& x) {
+      EnableGradGuard grad_on;  // gradcheck evaluates f under NoGradGuard
+      SdpaOptions o = ragged();
+      o.softcap = 2.5;
+      o.causal = true;
+      o.causal_align = CausalAlign::BottomRight;
+      o.mask = x[3];
+      return grad({sdpa(x[0], x[1], x[2], o).out}, {x[0]}, {w}, std::nullopt, true, true)[0];
+    };
+    CHECK_GRADGRADCHECK(dq, (std::vector<Tensor>{q, k, v, m}));
   }
 }
 
@@ -259,60 +274,6 @@ TEST_CASE("ragged double backward: against the reference's, and fused against co
       CHECK(max_abs(sub(tiled[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
       CHECK(max_abs(sub(composed[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
     }
-  }
-}
-
-TEST_CASE("ragged sdpa is twice differentiable: float64 gradgradcheck") {
-  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-  // Three sequences: 3 x 4, empty x 2, 2 x 1 (rows x keys); GQA 2:1.
-  const Tensor cu_q = from_vector(std::vector<int64_t>{0, 3, 3, 5}, {4});
-  const Tensor cu_kv = from_vector(std::vector<int64_t>{0, 4, 6, 7}, {4});
-  Tensor q = rnd({5, 2, 3}, 1).requires_grad_(), k = rnd({7, 1, 3}, 2).requires_grad_();
-  Tensor v = rnd({7, 1, 2}, 3).requires_grad_(), m = rnd({3, 1, 3, 4}, 4).requires_grad_();
-  const auto ragged = [&cu_q, &cu_kv] {
-    SdpaOptions o;
-    o.cu_seqlens_q = cu_q;
-    o.cu_seqlens_kv = cu_kv;
-    return o;
-  };
-  SUBCASE("causal bottom-right, ALiBi, softcap, a float mask with its gradient") {
-    Fn f = [&](const std::vector<Tensor>& x) {
-      SdpaOptions o = ragged();
-      o.causal = true;
-      o.causal_align = CausalAlign::BottomRight;
-      o.alibi = true;
-      o.softcap = 3.0;
-      o.mask = x[3];
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
-  }
-  SUBCASE("dropout at a fixed seed, a window, strided q, the composed double backward") {
-    Tensor qs = rnd({2, 5, 3}, 5).transpose(0, 1).requires_grad_();
-    Fn f = [&](const std::vector<Tensor>& x) {
-      SdpaOptions o = ragged();
-      o.dropout_p = 0.3;
-      o.seed = 11;
-      o.window = 2;
-      o.causal = true;
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
-    FusedKernelsGuard off(false);
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v}));
-  }
-  SUBCASE("a third derivative: the padded double backward is differentiable too") {
-    Tensor w = rnd({5, 2, 2}, 6);
-    Fn dq = [&](const std::vector<Tensor>& x) {
-      EnableGradGuard grad_on;  // gradcheck evaluates f under NoGradGuard
-      SdpaOptions o = ragged();
-      o.softcap = 2.5;
-      o.causal = true;
-      o.causal_align = CausalAlign::BottomRight;
-      o.mask = x[3];
-      return grad({sdpa(x[0], x[1], x[2], o).out}, {x[0]}, {w}, std::nullopt, true, true)[0];
-    };
-    CHECK_GRADGRADCHECK(dq, (std::vector<Tensor>{q, k, v, m}));
   }
 }
 

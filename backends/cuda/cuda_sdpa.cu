@@ -247,7 +247,7 @@ __global__ void backward_dkv_kernel(Args<T> a) {
   if (!warp_row(smem_raw, a.Dqk + a.Dv, a.B, a.Hk, a.Skv, w)) return;
   const int64_t j = w.pos, hk = w.head, b = w.b;  // key j of kv head hk
   const SdpaSequence sq = a.seq(b);
-  if (j >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole warp)
+  if (j >= sq.rows_kv) return;    // past a ragged sequence's keys (the whole warp)
   const int64_t kj = sq.kv0 + j;  // the row in the row views
   const int lane = w.lane;
   T *ks = w.smem, *vs = w.smem + a.Dqk;
