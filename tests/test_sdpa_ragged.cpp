@@ -6,6 +6,9 @@
 #include <random>
 #include <sstream>
 
+#include "backends/half_kernels.h"
+#include "ops/op_util.h"
+#include "ops/sdpa_check.h"
 #include "sdpa_random.h"
 #include "test_util.h"
 
@@ -275,6 +278,59 @@ TEST_CASE("ragged double backward: against the reference's, and fused against co
       CHECK(max_abs(sub(composed[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
     }
   }
+}
+
+TEST_CASE("16-bit ragged rows through float32 stand-ins (CUDA's path) equal the CPU's reads") {
+  // The CUDA backend runs 16-bit SDPA on float32 copies of its views (half_kernels.h); a
+  // ragged view must be copied as the whole packed tensor behind it, not its first `max` rows.
+  // The CPU backend runs that path here too, against its own in-place 16-bit reads: both
+  // compute in float32 and round once.
+  const std::vector<int64_t> cq{0, 2, 9, 9, 12}, ckv{0, 5, 6, 17, 20};
+  SdpaOptions o;
+  o.causal = true;
+  o.causal_align = CausalAlign::BottomRight;
+  o.cu_seqlens_q = from_vector(cq, {5});
+  o.cu_seqlens_kv = from_vector(ckv, {5});
+  o.mask = rnd({1, 2, 7, 11}, 9).to(kBFloat16);
+  const Tensor q = rnd({12, 2, 8}, 1).to(kBFloat16), k = rnd({20, 1, 8}, 2).to(kBFloat16);
+  const Tensor v = rnd({20, 1, 8}, 3).to(kBFloat16), dout = rnd({12, 2, 8}, 4).to(kBFloat16);
+  const SdpaResult want = sdpa_forward(q, k, v, o);
+  const SdpaGrads want_g = sdpa_backward(q, k, v, want.out, dout, want.stats, o);
+  Backend& cpu = detail::backend_of(q);
+  SdpaParams p = detail::sdpa_params(q, k, v, o);
+  const Tensor out = empty(q.sizes(), q.options()), stats = empty({12, 2, 1});
+  p.out = detail::sdpa_rows(out, p, true);
+  p.stats = detail::sdpa_rows(stats, p, true);
+  REQUIRE(half_kernels::sdpa_forward(cpu, kCPU, p));
+  CHECK(out.to_vector<float>() == want.out.to_vector<float>());
+  CHECK(stats.to_vector<float>() == want.stats.to_vector<float>());
+  const Tensor dq = empty(q.sizes(), q.options()), dk = empty(k.sizes(), k.options());
+  const Tensor dv = empty(v.sizes(), v.options());
+  REQUIRE(half_kernels::sdpa_backward(cpu, kCPU, p, detail::sdpa_rows(dout, p, true),
+                                      {detail::sdpa_rows(dq, p, true),
+                                       detail::sdpa_rows(dk, p, false),
+                                       detail::sdpa_rows(dv, p, false),
+                                       {}}));
+  CHECK(dq.to_vector<float>() == want_g.dq.to_vector<float>());
+  CHECK(dk.to_vector<float>() == want_g.dk.to_vector<float>());
+  CHECK(dv.to_vector<float>() == want_g.dv.to_vector<float>());
+  // Keys read through row indices from a larger pool (the paged layout, SdpaParams::kv_rows):
+  // the pool's rows reversed, so key row r lies at pool row 29 - r.
+  std::vector<int64_t> at(20);
+  for (int64_t r = 0; r < 20; ++r) at[r] = 29 - r;
+  const Tensor pool_rows = from_vector(at, {20});
+  Tensor k_pool = zeros({30, 1, 8}, kBFloat16), v_pool = zeros({30, 1, 8}, kBFloat16);
+  k_pool.index_copy_(0, pool_rows, k);
+  v_pool.index_copy_(0, pool_rows, v);
+  SdpaParams pr = p;
+  pr.k = detail::ragged_rows(k_pool, p.batch(), p.len_kv());
+  pr.v = detail::ragged_rows(v_pool, p.batch(), p.len_kv());
+  pr.kv_rows = detail::view_of(pool_rows);
+  pr.packed_kv = 30;
+  const Tensor out2 = empty(q.sizes(), q.options());
+  pr.out = detail::sdpa_rows(out2, pr, true);
+  REQUIRE(half_kernels::sdpa_forward(cpu, kCPU, pr));
+  CHECK(out2.to_vector<float>() == want.out.to_vector<float>());
 }
 
 TEST_CASE("ragged edge cases: no keys, no rows, all sequences empty") {
