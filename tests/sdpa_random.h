@@ -88,10 +88,11 @@ inline std::vector<tg::Tensor> second_order(const SdpaFn& attend, const tg::Tens
     wrt.push_back(*o.mask);
   }
   auto first = tg::grad({attend(q, k, v, o).out}, wrt, {dout}, std::nullopt, true, true);
-  Tensor l2 = tg::zeros({}, q.dtype());
+  Tensor l2 = tg::zeros({}, q.options());
   for (size_t i = 0; i < first.size(); ++i) {
     CHECK(first[i].requires_grad());
-    l2 = tg::add(l2, tg::sum(tg::mul(first[i], rnd(first[i].sizes(), seed + i).to(q.dtype()))));
+    const Tensor cot = rnd(first[i].sizes(), seed + i).to(q.dtype()).to(q.device());
+    l2 = tg::add(l2, tg::sum(tg::mul(first[i], cot)));
   }
   wrt.push_back(dout);
   return tg::grad({l2}, wrt, {}, std::nullopt, true);
