@@ -223,7 +223,7 @@ TEST_CASE("create_graph through the ragged layout on CUDA: second derivatives as
   for (size_t i = 0; i < want.size(); ++i) compare("second-order gradient", want[i], got[i], 1e-10);
 }
 
-TEST_CASE("the model on CUDA: packed training steps and paged decoding track the CPU's") {
+TEST_CASE("packed training steps on CUDA track the CPU's: losses and parameters") {
   nn::TransformerConfig cfg = small_config();
   cfg.attn_dropout = 0.1;
   nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
