@@ -29,7 +29,7 @@ std::vector<int64_t> sample(const Transformer& model, const std::vector<int64_t>
 // opts.block_size tokens, sized for what each prompt will cache): the prompts may differ in
 // length, and greedy decoding gives each one the tokens `sample` gives it alone. Sampling
 // draws one uniform per prompt per step, step after step and prompt after prompt, so a
-// single prompt draws what `sample` draws. Returns each prompt's new tokens. CPU only for now.
+// single prompt draws what `sample` draws. Returns each prompt's new tokens.
 std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
                                                const std::vector<std::vector<int64_t>>& prompts,
                                                const SampleOptions& opts, Generator& gen);

@@ -94,30 +94,36 @@ PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
              new_tokens[s]);
   }
   PagedStep step;
-  std::vector<int64_t> cu{0}, after, slots;
+  std::vector<int64_t> cu{0}, cu_kv{0}, rows, slots;
   int64_t pages = 0;
   for (size_t s = 0; s < new_tokens.size(); ++s) {
     const int64_t n = new_tokens[s], len = lengths_[s];
     auto& own = pages_[s];
     while (static_cast<int64_t>(own.size()) * block_size_ < len + n) own.push_back(take_block());
-    for (int64_t pos = len; pos < len + n; ++pos) {
-      step.positions.push_back(pos);
-      slots.push_back(own[static_cast<size_t>(pos / block_size_)] * block_size_ +
-                      pos % block_size_);
+    for (int64_t pos = 0; pos < len + n; ++pos) {  // every key the sequence has after the step
+      rows.push_back(own[static_cast<size_t>(pos / block_size_)] * block_size_ + pos % block_size_);
+      if (pos < len) continue;
+      step.positions.push_back(pos);  // a new token
+      slots.push_back(rows.back());
     }
     cu.push_back(cu.back() + n);
-    after.push_back(len + n);
+    cu_kv.push_back(cu_kv.back() + len + n);
+    step.seq_len_kv.push_back(len + n);
     pages = std::max(pages, static_cast<int64_t>(own.size()));
   }
   std::vector<int64_t> table(new_tokens.size() * static_cast<size_t>(pages), -1);
   for (size_t s = 0; s < pages_.size(); ++s)
     std::copy(pages_[s].begin(), pages_[s].end(), table.begin() + static_cast<int64_t>(s) * pages);
   const int64_t batch = sequences();
-  const Device device = k_.front().device();
-  step.cu_seqlens = from_vector(cu, {batch + 1}).to(device);
-  step.page_table = from_vector(table, {batch, pages}).to(device);
-  step.seq_len_kv = from_vector(after, {batch}).to(device);
-  step.slots = from_vector(slots, {static_cast<int64_t>(slots.size())}).to(device);
+  const TensorOptions idx = TensorOptions(kInt64).device(k_.front().device());
+  const auto tensor = [&idx](const std::vector<int64_t>& v) {
+    return from_vector(v, {static_cast<int64_t>(v.size())}, idx);
+  };
+  step.cu_seqlens = tensor(cu);
+  step.page_table = from_vector(table, {batch, pages}, idx);
+  step.kv_rows = tensor(rows);
+  step.cu_seqlens_kv = tensor(cu_kv);
+  step.slots = tensor(slots);
   return step;
 }
 
@@ -138,10 +144,9 @@ void PagedKVCache::write(int64_t layer, const PagedStep& step, const Tensor& k, 
 }
 
 void PagedKVCache::end(const PagedStep& step) {
-  const std::vector<int64_t> after = step.seq_len_kv.to_vector<int64_t>();
-  TG_CHECK(after.size() == lengths_.size(), kName, "the step was begun for ", after.size(),
-           " sequences, the cache has ", lengths_.size());
-  lengths_ = after;
+  TG_CHECK(step.seq_len_kv.size() == lengths_.size(), kName, "the step was begun for ",
+           step.seq_len_kv.size(), " sequences, the cache has ", lengths_.size());
+  lengths_ = step.seq_len_kv;
 }
 
 }  // namespace tg::nn

@@ -13,13 +13,17 @@
 namespace tg::nn {
 
 // The cached sequences' layout for one forward step: which pool rows the new tokens go to
-// and what every layer's tg::sdpa_paged reads. Made by PagedKVCache::begin.
+// and which rows every layer's attention reads (the page table resolved once for all layers).
+// Made by PagedKVCache::begin; the tensors are on the cache's device.
 struct PagedStep {
-  Tensor cu_seqlens;               // (B + 1) int64: sequence b's new tokens, back to back
-  std::vector<int64_t> positions;  // (T): each new token's position in its sequence
-  Tensor page_table;               // (B, pages) int64, -1 past a sequence's blocks
-  Tensor seq_len_kv;               // (B) int64: each sequence's length after the step
-  Tensor slots;  // (T) int64: the pool row (block * block_size + row) of each new token
+  Tensor cu_seqlens;                // (B + 1) int64: sequence b's new tokens, back to back
+  std::vector<int64_t> positions;   // (T): each new token's position in its sequence
+  Tensor page_table;                // (B, pages) int64, -1 past a sequence's blocks
+  std::vector<int64_t> seq_len_kv;  // (B): each sequence's length after the step
+  // Every cached key's pool row (block * block_size + row), sequence after sequence, and
+  // their (B + 1) offsets (as tg::sdpa_paged resolves page_table and seq_len_kv).
+  Tensor kv_rows, cu_seqlens_kv;
+  Tensor slots;  // (T) int64: the pool row of each new token
 };
 
 // Keeps the invariant that every block is either free or owned by exactly one sequence, and

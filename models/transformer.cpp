@@ -10,7 +10,7 @@
 #include "ops/nn.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
-#include "ops/sdpa_paged.h"
+#include "ops/sdpa_check.h"
 
 namespace tg::nn {
 
@@ -133,8 +133,10 @@ Tensor Attention::forward(const Tensor& x, PagedKVCache& cache, int64_t layer,
   so.causal = true;
   so.causal_align = CausalAlign::BottomRight;  // the new tokens are each sequence's last
   so.cu_seqlens_q = step.cu_seqlens;
-  Tensor o = sdpa_paged(h.q, cache.k_pool(layer), cache.v_pool(layer), step.page_table,
-                        step.seq_len_kv, so)
+  so.cu_seqlens_kv = step.cu_seqlens_kv;
+  // sdpa_paged's attention on the rows the step resolved once for every layer.
+  Tensor o = detail::sdpa_pool_rows(h.q, cache.k_pool(layer), cache.v_pool(layer), step.kv_rows,
+                                    so)
                  .out;  // (T, Hq, Dh)
   return wo_->forward(o.reshape({t, hq * cfg_.head_dim()}));
 }
@@ -193,11 +195,21 @@ Transformer::Transformer(const TransformerConfig& cfg, uint64_t seed) : cfg_(cfg
 }
 
 namespace {
+// A tensor's shape and dtype for an error message ("(undefined)" when it has none).
+std::string described(const Tensor& t) {
+  return t.defined() ? shape_str(t.sizes()) + " " + std::string(dtype_name(t.dtype()))
+                     : std::string("(undefined)");
+}
+
 void check_ids(const Tensor& ids) {
   TG_CHECK(ids.defined() && ids.dim() == 2 && ids.dtype() == kInt64, "Transformer",
-           "argument 'ids' must be int64 (batch, seq), got ",
-           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
-                         : std::string("(undefined)"));
+           "argument 'ids' must be int64 (batch, seq), got ", described(ids));
+}
+
+// ids (T) int64 of sequences back to back: `what` names the batch in the error.
+void check_token_ids(const Tensor& ids, const char* what) {
+  TG_CHECK(ids.defined() && ids.dim() == 1 && ids.dtype() == kInt64, "Transformer",
+           "argument 'ids' of ", what, " must be int64 (tokens), got ", described(ids));
 }
 }  // namespace
 
@@ -212,9 +224,7 @@ Packing Packing::of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
   TG_CHECK(cu_seqlens.defined() && cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 1 &&
                cu_seqlens.dtype() == kInt64,
            "Transformer", "argument 'cu_seqlens' must be 1-D int64 with B + 1 offsets, got ",
-           cu_seqlens.defined()
-               ? shape_str(cu_seqlens.sizes()) + " " + std::string(dtype_name(cu_seqlens.dtype()))
-               : std::string("(undefined)"));
+           described(cu_seqlens));
   const std::vector<int64_t> cu = cu_seqlens.to_vector<int64_t>();
   TG_CHECK(cu.front() == 0 && cu.back() == tokens, "Transformer",
            "argument 'cu_seqlens' must run from 0 to the ", tokens, " tokens of 'ids', got ",
@@ -232,10 +242,7 @@ Packing Packing::of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
 }
 
 Tensor Transformer::forward(const Tensor& ids, const Tensor& cu_seqlens, Generator& dropout) const {
-  TG_CHECK(ids.defined() && ids.dim() == 1 && ids.dtype() == kInt64, "Transformer",
-           "argument 'ids' of a packed batch must be int64 (tokens), got ",
-           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
-                         : std::string("(undefined)"));
+  check_token_ids(ids, "a packed batch");
   const Packing packing = Packing::of(cu_seqlens, ids.size(0), device());
   Tensor h = embed_->forward(ids);
   for (const auto& block : blocks_) h = block->forward(h, dropout, packing);
@@ -266,10 +273,7 @@ PagedKVCache Transformer::paged_cache(int64_t block_size, int64_t capacity) cons
 
 Tensor Transformer::forward(const Tensor& ids, const std::vector<int64_t>& new_tokens,
                             PagedKVCache& cache) const {
-  TG_CHECK(ids.defined() && ids.dim() == 1 && ids.dtype() == kInt64, "Transformer",
-           "argument 'ids' of a paged decoding step must be int64 (tokens), got ",
-           ids.defined() ? shape_str(ids.sizes()) + " " + std::string(dtype_name(ids.dtype()))
-                         : std::string("(undefined)"));
+  check_token_ids(ids, "a paged decoding step");
   const Tensor& pool = cache.k_pool(0);
   TG_CHECK(cache.layers() == cfg_.layers && pool.size(2) == cfg_.kv_heads &&
                pool.size(3) == cfg_.head_dim() && pool.dtype() == cfg_.dtype &&

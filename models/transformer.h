@@ -133,7 +133,7 @@ class Transformer : public Module {
   // sequence's new tokens back to back, new_tokens[b] of them for sequence b of `cache` (0 is
   // allowed); returns their logits (T, vocab) and caches their keys and values. Each token
   // sees its own sequence only, at its position in it: the logits are those of each sequence
-  // run alone. Runs without dropout (through tg::sdpa_paged).
+  // run alone. Runs without dropout (the attention of tg::sdpa_paged).
   Tensor forward(const Tensor& ids, const std::vector<int64_t>& new_tokens,
                  PagedKVCache& cache) const;
   // An empty paged cache for this model (its layers, key/value heads, dtype and device):

@@ -51,6 +51,14 @@ SdpaParams sdpa_params(const Tensor& q, const Tensor& k, const Tensor& v, const 
 SdpaResult sdpa_forward_rows(const Tensor& q, const Tensor& k_rows, const Tensor& v_rows,
                              const Tensor& kv_rows, const SdpaOptions& opts);
 
+// tg::sdpa_paged once its page table is read: ragged q (Tq, Hq, Dqk) with opts.cu_seqlens_q,
+// pools (blocks, block, Hk, D), and kv_rows (int64 on q's device) every key's pool row, the
+// pools seen as (blocks * block, Hk, D) rows, sequence after sequence as opts.cu_seqlens_kv
+// says. Without a gradient wanted the kernel reads the pools in place (sdpa_forward_rows);
+// else the rows are gathered and sdpa runs, their gradient flowing back into the pools.
+SdpaResult sdpa_pool_rows(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                          const Tensor& kv_rows, const SdpaOptions& opts);
+
 // The scores composed from ops (B, Hq, Sq, Skv): raw = scale Q Kᵀ (before softcap), the
 // additive bias after softcap (ALiBi plus a float mask; undefined when neither) and where
 // keys are allowed (bool, broadcastable). Materializes the scores.

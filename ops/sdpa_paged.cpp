@@ -49,6 +49,24 @@ std::vector<int64_t> query_offsets(const Tensor& cu, const Tensor& q) {
 
 }  // namespace
 
+SdpaResult detail::sdpa_pool_rows(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                                  const Tensor& kv_rows, const SdpaOptions& opts) {
+  if (!(grad_enabled() && any_requires_grad({q, k_pool, v_pool})) && kv_rows.numel() > 0) {
+    // No gradient wanted (decoding): the kernel reads the blocks in place, nothing gathered.
+    auto pool_rows = [](const Tensor& pool) {
+      return detail::autocast_low(pool).reshape(
+          {pool.size(0) * pool.size(1), pool.size(2), pool.size(3)});
+    };
+    SdpaOptions o = opts;
+    if (o.mask) o.mask = detail::autocast_low(*o.mask);  // as sdpa casts them
+    return detail::sdpa_forward_rows(detail::autocast_low(q), pool_rows(k_pool), pool_rows(v_pool),
+                                     kv_rows, o);
+  }
+  // Differentiable: the rows gathered into the ragged layout, their gradient flowing back
+  // through the gather (two sequences may share a block).
+  return sdpa(q, read_rows(k_pool, kv_rows), read_rows(v_pool, kv_rows), opts);
+}
+
 SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                       const Tensor& page_table, const Tensor& seq_len_kv, const SdpaOptions& opts) {
   for (auto [t, arg] :
@@ -117,22 +135,7 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
   SdpaOptions o = opts;
   o.cu_seqlens_q = from_vector(cu_q, {batch + 1}, idx);
   o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1}, idx);
-  const Tensor qr = ragged_q ? q : to_rows(q);
-  SdpaResult r;
-  if (!(grad_enabled() && any_requires_grad({q, k_pool, v_pool})) && !rows.empty()) {
-    // No gradient wanted (decoding): the kernel reads the blocks in place, nothing gathered.
-    auto pool_rows = [](const Tensor& pool) {
-      return detail::autocast_low(pool).reshape(
-          {pool.size(0) * pool.size(1), pool.size(2), pool.size(3)});
-    };
-    if (o.mask) o.mask = detail::autocast_low(*o.mask);  // as sdpa casts them
-    r = detail::sdpa_forward_rows(detail::autocast_low(qr), pool_rows(k_pool), pool_rows(v_pool),
-                                  ids, o);
-  } else {
-    // Differentiable: the rows gathered into the ragged layout, their gradient flowing back
-    // through the gather (two sequences may share a block).
-    r = sdpa(qr, read_rows(k_pool, ids), read_rows(v_pool, ids), o);
-  }
+  SdpaResult r = detail::sdpa_pool_rows(ragged_q ? q : to_rows(q), k_pool, v_pool, ids, o);
   if (ragged_q) return r;
   return {from_rows(r.out, batch), from_rows(r.stats, batch)};
 }
