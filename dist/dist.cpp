@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -86,9 +87,11 @@ class Watchdog {
 struct State {
   std::unique_ptr<detail::Communicator> comm;  // null: a world of one
   Watchdog watchdog;
-  // One collective at a time in this process: MPI is initialised MPI_THREAD_SERIALIZED, and a
-  // gradient-reduction thread (nn::DistributedDataParallel) may call collectives too.
+  // One call into the engine at a time in this process: MPI is initialised
+  // MPI_THREAD_SERIALIZED, and a program may call collectives from several threads.
   std::mutex collective;
+  // The nonblocking all-reduces not yet finished, in the order they were started.
+  std::deque<std::shared_ptr<detail::PendingReduce>> in_flight;
   bool initialized = false;
 };
 
@@ -110,18 +113,48 @@ class Guarded {
 };
 
 // What every rank must agree on before a collective moves data: which collective, the dtype,
-// the element count and the root. Exchanged as its minimum and maximum over the ranks.
-void agree(const char* op, int64_t kind, DType dtype, int64_t numel, int64_t root,
-           Wait wait = Wait::Spin) {
-  detail::Communicator& c = *state().comm;
-  int64_t sig[8] = {kind, static_cast<int64_t>(dtype), numel, root};
-  for (int i = 0; i < 4; ++i) sig[4 + i] = -sig[i];  // max of -x is -min of x
-  c.all_reduce(sig, 8, kInt64, detail::HostReduce::Max, wait == Wait::Sleep);
-  if (sig[0] != -sig[4]) fail(op, "ranks called different collectives at the same point");
-  TG_CHECK(sig[1] == -sig[5], op, "ranks disagree on the tensor's dtype (this rank: ", dtype, ")");
-  TG_CHECK(sig[2] == -sig[6], op, "ranks disagree on the tensor's size: ", numel,
-           " elements on this rank, between ", -sig[6], " and ", sig[2], " over the ranks");
-  TG_CHECK(sig[3] == -sig[7], op, "ranks disagree on the root: ", root, " on this rank");
+// the element count and the root. Exchanged as its minimum and maximum over the ranks (one
+// all-reduce of Max over the values and their negatives), so that every rank reaches the same
+// verdict.
+struct Signature {
+  Signature(int64_t kind, DType dtype, int64_t numel, int64_t root)
+      : dtype(dtype),
+        numel(numel),
+        root(root),
+        wire{kind, static_cast<int64_t>(dtype), numel, root} {
+    for (int i = 0; i < 4; ++i) wire[4 + i] = -wire[i];  // max of -x is -min of x
+  }
+  // After the exchange: an error unless every rank passed the same.
+  void check(const char* op) const {
+    if (wire[0] != -wire[4]) fail(op, "ranks called different collectives at the same point");
+    TG_CHECK(wire[1] == -wire[5], op, "ranks disagree on the tensor's dtype (this rank: ", dtype,
+             ")");
+    TG_CHECK(wire[2] == -wire[6], op, "ranks disagree on the tensor's size: ", numel,
+             " elements on this rank, between ", -wire[6], " and ", wire[2], " over the ranks");
+    TG_CHECK(wire[3] == -wire[7], op, "ranks disagree on the root: ", root, " on this rank");
+  }
+  DType dtype;
+  int64_t numel, root;
+  int64_t wire[8];
+};
+
+// The collectives' kinds, for the signature.
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kAllReduceAsync };
+
+// The signature's exchange, nonblocking on the control channel whatever the collective (see
+// communicator.h's Channel).
+std::unique_ptr<detail::Request> start_agreeing(Signature& sig) {
+  return state().comm->start_all_reduce(sig.wire, 8, kInt64, detail::HostReduce::Max,
+                                        detail::Channel::Control);
+}
+
+// Blocking collectives: exchange and check the signature before any data moves.
+void agree(const char* op, Kind kind, DType dtype, int64_t numel, int64_t root) {
+  Signature sig(kind, dtype, numel, root);
+  const std::unique_ptr<detail::Request> exchange = start_agreeing(sig);
+  while (!exchange->test()) {
+  }
+  sig.check(op);
 }
 
 // The number of processes the launcher started, from its environment (Open MPI's mpirun,
@@ -219,32 +252,181 @@ void barrier() {
   state().comm->barrier();
 }
 
-void all_reduce(Tensor& t, ReduceOp op, Wait wait) {
-  constexpr const char* kOp = "dist.all_reduce";
-  check_initialized(kOp);
-  check_writable(t, kOp);
+namespace {
+
+// all_reduce's checks on this rank's arguments.
+void check_all_reduce(const char* op_name, const Tensor& t, ReduceOp op) {
+  check_initialized(op_name);
+  check_writable(t, op_name);
   const DType dt = t.dtype();
-  TG_CHECK(op != ReduceOp::Mean || is_floating(dt), kOp, "Mean takes a floating tensor, got ", dt);
-  TG_CHECK(op == ReduceOp::Max || dt != kBool, kOp, "a bool tensor takes Max (any), not ",
+  TG_CHECK(op != ReduceOp::Mean || is_floating(dt), op_name, "Mean takes a floating tensor, got ",
+           dt);
+  TG_CHECK(op == ReduceOp::Max || dt != kBool, op_name, "a bool tensor takes Max (any), not ",
            op == ReduceOp::Sum ? "Sum" : "Mean");
+}
+
+// 16-bit tensors travel and are summed as float32.
+DType wire_dtype(DType dt) { return dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt; }
+
+detail::HostReduce host_reduce(ReduceOp op) {
+  return op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum;
+}
+
+// What the engine reduces for t: t itself when it is already a contiguous host buffer in the
+// wire's dtype (gradient buckets), else a private host copy.
+Tensor reduction_buffer(const Tensor& t) {
+  const DType wire = wire_dtype(t.dtype());
+  if (t.device() == kCPU && t.is_contiguous() && t.dtype() == wire) return t;
+  return host_copy(t, wire);
+}
+
+// Once the engine has reduced `buffer` (reduction_buffer(t)): t = the result, divided by the
+// world size for Mean.
+void store_result(Tensor& t, const Tensor& buffer, ReduceOp op) {
+  NoGradGuard ng;
+  const bool in_place = buffer.raw_data() == t.raw_data();
+  if (op == ReduceOp::Mean) {
+    const Tensor mean = div(buffer, static_cast<double>(world_size()));
+    t.copy_(in_place ? mean : mean.to(t.dtype()));
+  } else if (!in_place) {
+    write_back(t, buffer);
+  }
+}
+
+}  // namespace
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  constexpr const char* kOp = "dist.all_reduce";
+  check_all_reduce(kOp, t, op);
   if (!state().comm) return;  // a world of one: already the result
   Guarded g("all_reduce");
-  agree(kOp, 1, dt, t.numel(), 0, wait);
+  agree(kOp, kAllReduce, t.dtype(), t.numel(), 0);
   if (t.numel() == 0) return;
-  const DType wire = dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt;
-  const detail::HostReduce how =
-      op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum;
-  NoGradGuard ng;
-  if (t.device() == kCPU && t.is_contiguous() && dt == wire) {
-    // Already a host buffer in the wire's dtype: reduced where it lies (gradient buckets).
-    state().comm->all_reduce(t.raw_data(), t.numel(), wire, how, wait == Wait::Sleep);
-    if (op == ReduceOp::Mean) t.copy_(div(t, static_cast<double>(world_size())));
-    return;
+  const Tensor buffer = reduction_buffer(t);
+  state().comm->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
+  store_result(t, buffer, op);
+}
+
+// A nonblocking all-reduce: first its signature's exchange on the control channel (in call
+// order with the blocking collectives), then, once the ranks agreed and every earlier one's
+// data has started, its data on the data channel: the data of every rank's reductions start in
+// the same order, whatever each rank's tests saw complete.
+struct detail::PendingReduce {
+  enum class Stage : uint8_t { Agreeing, Reducing, Done };
+  PendingReduce(Tensor t, ReduceOp op)
+      : target(std::move(t)),
+        buffer(reduction_buffer(target)),
+        op(op),
+        signature(kAllReduceAsync, target.dtype(), target.numel(), 0) {}
+  Tensor target;  // the caller's
+  Tensor buffer;  // reduction_buffer(target)
+  ReduceOp op;
+  Signature signature;
+  std::unique_ptr<Request> request;  // the stage's
+  Stage stage = Stage::Agreeing;
+  std::exception_ptr error;  // why it failed, until test() or wait() says so
+};
+
+namespace {
+
+constexpr const char* kAsyncOp = "dist.all_reduce_async";
+
+// Moves one reduction to its next stage when its request has finished; false when it has not.
+bool advance(detail::PendingReduce& p) {
+  using Stage = detail::PendingReduce::Stage;
+  if (!p.request->test()) return false;
+  p.request.reset();
+  if (p.stage == Stage::Agreeing) {
+    p.signature.check(kAsyncOp);
+    if (p.buffer.numel() == 0) {
+      p.stage = Stage::Done;
+      return true;
+    }
+    p.request =
+        state().comm->start_all_reduce(p.buffer.raw_data(), p.buffer.numel(), p.buffer.dtype(),
+                                       host_reduce(p.op), detail::Channel::Data);
+    p.stage = Stage::Reducing;
+    return true;
   }
-  Tensor h = host_copy(t, wire);
-  state().comm->all_reduce(h.raw_data(), h.numel(), wire, how, wait == Wait::Sleep);
-  if (op == ReduceOp::Mean) h = div(h, static_cast<double>(world_size()));
-  write_back(t, h);
+  store_result(p.target, p.buffer, p.op);
+  p.stage = Stage::Done;
+  return true;
+}
+
+// Advances every reduction in flight, in the order they were started; the caller holds the
+// collective lock. A reduction still agreeing stops the walk: the data of the ones after it
+// must not start before its own.
+void advance_in_flight() {
+  using Stage = detail::PendingReduce::Stage;
+  std::deque<std::shared_ptr<detail::PendingReduce>>& in_flight = state().in_flight;
+  for (const std::shared_ptr<detail::PendingReduce>& p : in_flight) {
+    try {
+      while (p->stage != Stage::Done && advance(*p)) {
+      }
+    } catch (...) {
+      p->error = std::current_exception();
+      p->stage = Stage::Done;
+    }
+    if (p->stage == Stage::Agreeing) break;
+  }
+  std::erase_if(in_flight, [](const auto& p) { return p->stage == Stage::Done; });
+}
+
+}  // namespace
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  check_all_reduce(kAsyncOp, t, op);
+  if (!state().comm) return {};  // a world of one: already the result
+  auto p = std::make_shared<detail::PendingReduce>(t, op);
+  std::lock_guard<std::mutex> lock(state().collective);
+  p->request = start_agreeing(p->signature);
+  state().in_flight.push_back(p);
+  return Work(std::move(p));
+}
+
+Work::Work(std::shared_ptr<detail::PendingReduce> pending) : pending_(std::move(pending)) {}
+Work::Work(Work&&) noexcept = default;
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    Work finished = std::move(*this);  // waits for what this one held, if unfinished
+    pending_ = std::move(other.pending_);
+  }
+  return *this;
+}
+
+Work::~Work() {
+  if (!pending_) return;
+  try {
+    wait();
+  } catch (...) {  // a destructor cannot report it; the ranks still finished the collective
+  }
+}
+
+// The Work's state is read and written under the collective lock: a program may test one
+// thread's Work from another.
+bool Work::test() {
+  if (!pending_) return true;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(state().collective);
+    if (pending_->stage != detail::PendingReduce::Stage::Done) advance_in_flight();
+    if (pending_->stage != detail::PendingReduce::Stage::Done) return false;
+    error = std::exchange(pending_->error, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+  return true;
+}
+
+void Work::wait() {
+  if (!pending_) return;
+  std::exception_ptr error;
+  {
+    Guarded g("all_reduce_async");
+    while (pending_->stage != detail::PendingReduce::Stage::Done) advance_in_flight();
+    error = std::exchange(pending_->error, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void broadcast(Tensor& t, int root) {
@@ -255,7 +437,7 @@ void broadcast(Tensor& t, int root) {
            "), got ", root);
   if (!state().comm) return;
   Guarded g("broadcast");
-  agree(kOp, 2, t.dtype(), t.numel(), root);
+  agree(kOp, kBroadcast, t.dtype(), t.numel(), root);
   if (t.numel() == 0) return;
   Tensor h = host_copy(t, t.dtype());
   state().comm->broadcast(h.raw_data(), h.numel() * static_cast<int64_t>(dtype_size(h.dtype())),
@@ -272,7 +454,7 @@ Tensor all_gather(const Tensor& t) {
   NoGradGuard ng;
   if (!state().comm) return t.detach().unsqueeze(0).clone();
   Guarded g("all_gather");
-  agree(kOp, 3, t.dtype(), t.numel(), 0);
+  agree(kOp, kAllGather, t.dtype(), t.numel(), 0);
   Tensor h = host_copy(t, t.dtype());
   Tensor out = empty(shape, TensorOptions(t.dtype()));
   const int64_t bytes = h.numel() * static_cast<int64_t>(dtype_size(h.dtype()));

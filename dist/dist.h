@@ -6,6 +6,7 @@
 // Collectives are not recorded on the tape (they act on data, as optimizers do) and every rank
 // must call the same collectives in the same order with tensors of the same shape and dtype.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,12 +15,6 @@
 namespace tg::dist {
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max };
-
-// How a collective waits for the other ranks. Spin: MPI's own busy wait, the lowest latency.
-// Sleep: it tests for completion and sleeps between tests, leaving the core to other threads:
-// for a thread that reduces beside computation on the same cores, as the communication thread
-// of nn::DistributedDataParallel does.
-enum class Wait : uint8_t { Spin, Sleep };
 
 struct InitOptions {
   // Seconds one collective may wait for the other ranks before this process prints which
@@ -46,7 +41,45 @@ void barrier();
 // In place, on every rank: t = op over the ranks of their t. Sum and Max take every dtype but
 // bool (Max takes bool: any); Mean takes floating dtypes. 16-bit tensors are reduced in float32
 // and rounded once. The result is the same on every rank, bitwise.
-void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, Wait wait = Wait::Spin);
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
+namespace detail {
+struct PendingReduce;
+}
+
+// A collective started by all_reduce_async and not yet waited for, like the work handle of
+// torch.distributed's async_op=True. Move-only. The engine moves data only inside tg::dist's
+// calls, so a program that computes while a reduction is in flight calls test() now and then
+// (between layers, say) to keep it going; wait() finishes it. Destroying an unfinished Work
+// waits for it. Every rank must finish every Work it starts.
+class Work {
+ public:
+  Work() = default;  // one with nothing to do: finished
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  ~Work();
+  // Advances every reduction in flight in this process; true once this one has finished and
+  // its tensor holds the result. Throws the collective's error (ranks that disagree on it) the
+  // first time it is asked after it failed.
+  bool test();
+  // Until finished, under the same timeout as the blocking collectives.
+  void wait();
+
+ private:
+  friend Work all_reduce_async(Tensor& t, ReduceOp op);
+  explicit Work(std::shared_ptr<detail::PendingReduce> pending);
+  std::shared_ptr<detail::PendingReduce> pending_;
+};
+
+// all_reduce without waiting: returns at once, and t holds the result once the Work has
+// finished (until then t must not be read or written). The arguments are checked at once on
+// this rank; the ranks' agreement on them (dtype, size) is checked in flight, and a
+// disagreement is an error from test() or wait() on every rank. Reductions that are in flight
+// together are matched across ranks in the order they were started, and independently of the
+// blocking collectives called meanwhile.
+Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum);
+
 // In place: every rank's t becomes root's.
 void broadcast(Tensor& t, int root = 0);
 // Every rank's t, stacked in rank order along a new first dim: (world_size, ...t's shape).

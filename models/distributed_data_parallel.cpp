@@ -2,11 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "autograd/autograd.h"
 #include "dist/dist.h"
@@ -21,81 +16,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// Sums buckets over the ranks, one at a time in the order submitted, on its own thread: MPI's
-// blocking all-reduce runs there while backward goes on in the caller's thread.
-class Reducer {
- public:
-  Reducer() : thread_([this] { loop(); }) {}
-  ~Reducer() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    work_.notify_all();
-    thread_.join();
-  }
-  Reducer(const Reducer&) = delete;
-  Reducer& operator=(const Reducer&) = delete;
-
-  void submit(Tensor bucket) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(bucket));
-      ++submitted_;
-    }
-    work_.notify_all();
-  }
-
-  // Waits for every bucket submitted; returns the seconds spent reducing since the last wait,
-  // or rethrows the first failure.
-  double wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [this] { return done_ == submitted_; });
-    const double busy = std::exchange(busy_s_, 0.0);
-    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
-    return busy;
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      Tensor bucket = std::move(queue_.front());
-      queue_.pop_front();
-      const bool failed = error_ != nullptr;
-      lock.unlock();
-      const Clock::time_point t0 = Clock::now();
-      std::exception_ptr error;
-      if (!failed) {
-        try {
-          // Sleeping while the other ranks catch up: a busy wait would take the core from
-          // the backward pass running beside this thread.
-          dist::all_reduce(bucket, dist::ReduceOp::Sum, dist::Wait::Sleep);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      const double took = seconds_since(t0);
-      lock.lock();
-      if (error && !error_) error_ = error;
-      busy_s_ += took;
-      ++done_;
-      done_cv_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable work_, done_cv_;
-  std::deque<Tensor> queue_;
-  int64_t submitted_ = 0, done_ = 0;
-  double busy_s_ = 0;
-  std::exception_ptr error_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the members it uses exist
-};
 
 struct Bucket {
   std::vector<size_t> params;    // indices into Impl::params, in the bucket's order
@@ -118,7 +38,6 @@ struct DistributedDataParallel::Impl {
   std::vector<Bucket> buckets;
   std::vector<Slot> slots;  // per parameter
   std::vector<HookHandle> hooks;
-  std::unique_ptr<Reducer> reducer;  // CPU buckets; CUDA ones are reduced at the pass's end
   GradReductionStats stats;
 
   // The pass under way: started by its first hook, ended by the callback that hook queued.
@@ -128,7 +47,12 @@ struct DistributedDataParallel::Impl {
   std::vector<size_t> arrival;  // parameters in the order their gradients became final
   size_t next_launch = 0;       // buckets are launched in index order on every rank
   size_t early = 0;             // of them, launched before backward ended
-  std::vector<size_t> held;     // launched CUDA buckets, reduced when the pass ends
+  // CPU buckets in flight, in launch order; those before `settled` have finished. They advance
+  // in the hooks, on this thread: a thread of its own would take the core from backward.
+  std::vector<dist::Work> in_flight;
+  size_t settled = 0;
+  std::vector<size_t> held;  // launched CUDA buckets, reduced when the pass ends
+  double reduce_s = 0;       // this pass's time in the reduction's calls
 
   // Cut `order` into buckets of at most bucket_cap bytes and one dtype and device.
   void build_buckets(const std::vector<size_t>& order) {
@@ -170,12 +94,20 @@ struct DistributedDataParallel::Impl {
            buckets[next_launch].ready == buckets[next_launch].params.size()) {
       Bucket& b = buckets[next_launch];
       if (b.buffer.device() == kCPU) {
-        reducer->submit(b.buffer);
+        in_flight.push_back(dist::all_reduce_async(b.buffer));
       } else {
         held.push_back(next_launch);
       }
       ++next_launch;
     }
+  }
+
+  // Lets the reductions in flight move on (the engine moves data only inside its calls).
+  void advance_reductions() {
+    if (settled == in_flight.size()) return;
+    const Clock::time_point t0 = Clock::now();
+    while (settled < in_flight.size() && in_flight[settled].test()) ++settled;
+    reduce_s += seconds_since(t0);
   }
 
   void on_gradient_ready(size_t i, const Tensor& param) {
@@ -189,8 +121,11 @@ struct DistributedDataParallel::Impl {
     got[i] = 1;
     arrival.push_back(i);
     ++buckets[slots[i].bucket].ready;
+    const Clock::time_point t0 = Clock::now();
     launch_ready();
+    reduce_s += seconds_since(t0);
     early = next_launch;
+    advance_reductions();
   }
 
   // Ends the pass whatever happens to it: run as a callback when backward finishes, or (the
@@ -230,27 +165,34 @@ struct DistributedDataParallel::Impl {
       got[i] = 1;
       ++buckets[slots[i].bucket].ready;
     }
-    launch_ready();
     const Clock::time_point wait_start = Clock::now();
-    double reduce_s = 0;
     try {
-      reduce_s = reducer->wait();
-      for (size_t k : held) {
-        const Clock::time_point t0 = Clock::now();
-        dist::all_reduce(buckets[k].buffer, dist::ReduceOp::Sum);
-        reduce_s += seconds_since(t0);
-      }
+      launch_ready();
+      for (; settled < in_flight.size(); ++settled) in_flight[settled].wait();
+      for (size_t k : held) dist::all_reduce(buckets[k].buffer, dist::ReduceOp::Sum);
     } catch (...) {
-      reset_pass();
+      abandon_pass();
       throw;
     }
     stats.wait_s = seconds_since(wait_start);
+    reduce_s += stats.wait_s;
     stats.reduce_s = reduce_s;
     stats.buckets = static_cast<int64_t>(buckets.size());
     stats.early_buckets = static_cast<int64_t>(early);
     stats.bytes = total_bytes;
-    const double world = dist::world_size();
-    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(div(slice(i), world));
+    // The means, written into the gradients this rank's backward made where it made them (as
+    // libtorch's reducer does): no fresh buffers, which would cost page faults every step.
+    const double inverse = 1.0 / dist::world_size();
+    for (Bucket& b : buckets) b.buffer.mul_(inverse);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor g = params[i].grad();
+      if (g.defined() && g.is_contiguous() && g.sizes() == params[i].sizes() &&
+          g.dtype() == params[i].dtype() && g.device() == params[i].device()) {
+        Tensor(g).copy_(slice(i));
+      } else {
+        params[i].set_grad(slice(i).clone());
+      }
+    }
     if (!reordered) reorder_buckets();
     reset_pass();
   }
@@ -273,10 +215,13 @@ struct DistributedDataParallel::Impl {
     build_buckets(order);
   }
 
+  // Every rank must finish the reductions it started, whatever happened to this pass.
   void abandon_pass() {
-    try {
-      reducer->wait();
-    } catch (...) {  // the backward's own error is the one that propagates
+    for (dist::Work& w : in_flight) {
+      try {
+        w.wait();
+      } catch (...) {  // the error that ended the pass is the one that propagates
+      }
     }
     reset_pass();
   }
@@ -285,8 +230,10 @@ struct DistributedDataParallel::Impl {
     in_pass = false;
     std::fill(got.begin(), got.end(), 0);
     arrival.clear();
+    in_flight.clear();
     held.clear();
-    next_launch = early = 0;
+    next_launch = early = settled = 0;
+    reduce_s = 0;
     for (Bucket& b : buckets) b.ready = 0;
   }
 };
@@ -316,7 +263,6 @@ DistributedDataParallel::DistributedDataParallel(Module& module,
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
   m.build_buckets(order);
   m.got.assign(m.params.size(), 0);
-  m.reducer = std::make_unique<Reducer>();
   for (size_t i = 0; i < m.params.size(); ++i) {
     m.hooks.push_back(register_post_accumulate_grad_hook(
         m.params[i], [impl = impl_.get(), i](const Tensor& p) { impl->on_gradient_ready(i, p); }));

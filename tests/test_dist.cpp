@@ -84,16 +84,69 @@ TEST_CASE("all_reduce in place through a strided view, and on a parameter under 
 TEST_CASE("all_reduce gives every rank the same bits") {
   Generator gen{1234 + static_cast<uint64_t>(R()), 0};
   Tensor x = randn({1000}, gen);
-  Tensor slept = x.clone();
+  Tensor nonblocking = x.clone();
   dist::all_reduce(x, dist::ReduceOp::Mean);
-  dist::all_reduce(slept, dist::ReduceOp::Mean, dist::Wait::Sleep);  // tests and sleeps instead
-  CHECK(max_abs_diff(x, slept) <= 1e-6);  // MPI may order the sums its own way for each
-  for (const Tensor& t : {x, slept}) {
+  dist::all_reduce_async(nonblocking, dist::ReduceOp::Mean).wait();
+  CHECK(max_abs_diff(x, nonblocking) <= 1e-6);  // MPI may order the sums its own way for each
+  for (const Tensor& t : {x, nonblocking}) {
     Tensor all = dist::all_gather(t);
     REQUIRE(all.sizes() == Shape{W(), 1000});
     const std::vector<float> v = all.to_vector<float>();
     for (int r = 1; r < W(); ++r) CHECK(std::memcmp(v.data(), v.data() + r * 1000, 4000) == 0);
   }
+}
+
+TEST_CASE("all_reduce_async: several in flight, beside blocking collectives") {
+  const double tri = W() * (W() + 1) / 2.0;
+  std::vector<Tensor> ts;
+  std::vector<dist::ReduceOp> ops;
+  std::vector<dist::Work> works;
+  auto start = [&](const Tensor& t, dist::ReduceOp op) {
+    ts.push_back(t);
+    ops.push_back(op);
+    works.push_back(dist::all_reduce_async(ts.back(), op));
+  };
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16, kFloat16}) {
+    start(ramp(5, dt, R()), dist::ReduceOp::Sum);
+    start(ramp(5, dt, R()), dist::ReduceOp::Max);
+    if (dt != kInt64) start(ramp(5, dt, R()), dist::ReduceOp::Mean);
+    // Ranks advance their reductions at different points: rank 0 tests as it goes, the others
+    // do not; the data must still meet in the order it was started.
+    if (R() == 0) works.front().test();
+  }
+  Tensor base = zeros({3, 4});
+  Tensor view = base.transpose(0, 1);  // strided: reduced through a host copy
+  view.copy_(full({4, 3}, R() + 1.0));
+  start(view, dist::ReduceOp::Sum);
+  Tensor blocking = ramp(3, kFloat32, R());
+  dist::all_reduce(blocking);  // a blocking collective while the others are in flight
+  CHECK(values(blocking) == std::vector<double>{tri, 2 * tri, 3 * tri});
+  Tensor none = zeros({0});
+  start(none, dist::ReduceOp::Sum);
+  for (size_t k = works.size(); k-- > 0;) works[k].wait();  // any order
+  for (size_t k = 0; k + 2 < ts.size(); ++k) {
+    CAPTURE(k);
+    CHECK(ts[k].dtype() == ramp(1, ts[k].dtype(), 0).dtype());
+    const std::vector<double> v = values(ts[k]);
+    for (int64_t i = 0; i < 5; ++i) {
+      const double want = ops[k] == dist::ReduceOp::Max   ? W() * (i + 1.0)
+                          : ops[k] == dist::ReduceOp::Sum ? tri * (i + 1)
+                                                          : tri * (i + 1) / W();
+      CHECK(v[i] == want);
+    }
+  }
+  for (double x : values(base)) CHECK(x == tri);
+  for (dist::Work& w : works) CHECK(w.test());  // finished stays finished
+
+  // Destroying or overwriting an unfinished Work waits for it.
+  Tensor a = full({2}, 1.0), b = full({2}, 2.0);
+  { dist::Work w = dist::all_reduce_async(a); }
+  CHECK(values(a) == std::vector<double>{1.0 * W(), 1.0 * W()});
+  dist::Work w = dist::all_reduce_async(b);
+  w = dist::Work();
+  CHECK(values(b) == std::vector<double>{2.0 * W(), 2.0 * W()});
+  CHECK(w.test());
+  w.wait();
 }
 
 TEST_CASE("broadcast and all_gather") {
@@ -129,7 +182,32 @@ TEST_CASE("collectives: errors") {
   CHECK_THROWS_WITH(dist::all_reduce(e), doctest::Contains("has stride 0 in dim 0"));
   Tensor u;
   CHECK_THROWS_WITH(dist::all_reduce(u), "[dist.all_reduce] argument 'tensor' is undefined");
+  CHECK_THROWS_WITH(dist::all_reduce_async(i, dist::ReduceOp::Mean),
+                    "[dist.all_reduce_async] Mean takes a floating tensor, got int64");
+  CHECK_THROWS_WITH(dist::all_reduce_async(e), doctest::Contains("has stride 0 in dim 0"));
   if (W() > 1) {
+    // The ranks' disagreement on a nonblocking all-reduce surfaces from wait() on every rank;
+    // the reductions around it go through.
+    Tensor before = ones({2}), uneven = zeros({3 + R()}), after = ones({2});
+    dist::Work w1 = dist::all_reduce_async(before);
+    dist::Work w2 = dist::all_reduce_async(uneven);
+    dist::Work w3 = dist::all_reduce_async(after);
+    w1.wait();
+    CHECK_THROWS_WITH(w2.wait(), doctest::Contains("[dist.all_reduce_async] ranks disagree on "
+                                                   "the tensor's size: "));
+    CHECK(w2.test());  // reported once
+    w3.wait();
+    CHECK(values(before) == std::vector<double>{double(W()), double(W())});
+    CHECK(values(after) == values(before));
+    // One rank's blocking all_reduce against another's nonblocking one: an error on each.
+    Tensor mixed = ones({2});
+    if (R() == 0) {
+      CHECK_THROWS_WITH(dist::all_reduce(mixed),
+                        doctest::Contains("ranks called different collectives"));
+    } else {
+      dist::Work w = dist::all_reduce_async(mixed);
+      CHECK_THROWS_WITH(w.wait(), doctest::Contains("ranks called different collectives"));
+    }
     // Ranks that disagree get an error each, and the group goes on working.
     Tensor odd = zeros({3 + R()});
     CHECK_THROWS_WITH(dist::all_reduce(odd),
@@ -218,8 +296,10 @@ TEST_CASE("DistributedDataParallel: a parameter some ranks do not reach; accumul
   CHECK(values(m.a.grad()) == std::vector<double>{2, 2, 2});  // 2a, the same on every rank
   REQUIRE(m.b.grad().defined());
   CHECK(values(m.b.grad()) == std::vector<double>{3.0 / W(), 3.0 / W()});
+  const void* a_grad = m.a.grad().raw_data();
   m.loss(use_b).backward();  // a second backward before a step: the sum, as in one process
   CHECK(values(m.a.grad()) == std::vector<double>{4, 4, 4});
+  CHECK(m.a.grad().raw_data() == a_grad);  // the mean went where backward accumulated
   CHECK(values(m.b.grad()) == std::vector<double>{6.0 / W(), 6.0 / W()});
   m.zero_grad();
   if (W() > 1) {
