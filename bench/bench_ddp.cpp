@@ -103,6 +103,12 @@ int main(int argc, char** argv) {
     for (int64_t s = 0; s < 2; ++s) one_step(s, false);  // the buckets settle after the first
     for (int64_t s = 0; s < steps; ++s) one_step(2 + s, true);
     const double step = median(step_s), reduce = median(reduce_s), wait = median(wait_s);
+    // Every rank's own medians: a step of DDP goes at its slowest rank's pace (on a noisy
+    // machine one core may run several percent slower than the other for a whole run), which
+    // shows as the faster rank's wait.
+    const tg::Tensor mine = tg::from_vector(
+        std::vector<double>{median(forward_s), median(backward_s), reduce, wait}, {4});
+    const std::vector<double> ranks = tg::dist::all_gather(mine).to_vector<double>();
     if (lead) {
       std::printf(
           "bench_ddp: %d ranks x %d threads, %lld parameters (%.1f MB of float32 gradients), "
@@ -122,6 +128,11 @@ int main(int argc, char** argv) {
                     reduce * 1e3, 100 * reduce / step);
         std::printf("exposed_ms\t%.2f\t(backward's end waiting for it)\nhidden_pct\t%.1f\n",
                     wait * 1e3, 100 * std::max(0.0, 1 - wait / reduce));
+      }
+      for (int r = 0; world > 1 && r < world; ++r) {
+        const double* v = ranks.data() + 4 * r;
+        std::printf("rank %d\tforward_ms %.1f\tbackward_ms %.1f\treduce_ms %.1f\texposed_ms %.1f\n",
+                    r, v[0] * 1e3, v[1] * 1e3, v[2] * 1e3, v[3] * 1e3);
       }
     }
     if (world == 1 || !ddp) return 0;
