@@ -42,6 +42,7 @@ void barrier();
 // bool (Max takes bool: any); Mean takes floating dtypes. 16-bit tensors are reduced in float32
 // and rounded once. The result is the same on every rank, bitwise.
 void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
+
 namespace detail {
 struct PendingReduce;
 }
