@@ -1,9 +1,9 @@
-// Data-parallel training benchmark: the reference transformer of bench_train_step (global
-// batch 16 x 128) trained by every rank of the job on its shard, through
-// nn::DistributedDataParallel. Rank 0 prints the step time and samples/s, the gradient
-// reduction's time (in its calls, during backward and at its end) and the part backward's end
-// waited for (the part not hidden), and the all-reduce bandwidth of tg::dist against MPI_Allreduce
-// itself on the same bytes, whole and cut into the DDP's buckets.
+// Data-parallel training benchmark: the reference transformer of bench_train_step (global batch 16
+// x 128) trained by every rank of the job on its shard, through nn::DistributedDataParallel. Rank
+// 0 prints the step time and samples/s, the gradient reduction's time (in its calls, during
+// backward and at its end) and the part backward's end waited for (the part not hidden), and the
+// all-reduce bandwidth of tg::dist against MPI_Allreduce itself on the same bytes, whole and cut
+// into the DDP's buckets.
 //
 //   bench_ddp [steps] [bucket_kb] [reduce]                (one process: the baseline)
 //   mpirun -np 2 bench_ddp [steps] [bucket_kb] [reduce]   (OMP_NUM_THREADS=1: 1 thread a rank)

@@ -11,15 +11,15 @@
 //   opt.step();
 //
 // The gradients are reduced in buckets while backward is still running: a parameter's
-// post-accumulate-grad hook (autograd/hooks.h) copies its gradient into its bucket, a full
-// bucket starts its all-reduce (dist::all_reduce_async), and every hook lets the reductions in
-// flight move on, so the reductions of the late layers overlap the backward of the early ones
-// on backward's own thread (a communication thread would take the core from backward when
-// every rank has one core); when backward ends it waits for the rest and writes the means back
-// into .grad(). CUDA buckets are reduced when backward ends. Buckets follow the order gradients
-// became final in the first backward (the tape's reverse order; rank 0's, so every rank agrees) and
-// are reduced in that order on every rank, so the result is deterministic for a fixed world size
-// and bitwise the same on every rank.
+// post-accumulate-grad hook (autograd/hooks.h) copies its gradient into its bucket, a full bucket
+// starts its all-reduce (dist::all_reduce_async), and every hook lets the reductions in flight
+// move on, so the reductions of the late layers overlap the backward of the early ones on
+// backward's own thread (a communication thread would take the core from backward when every rank
+// has one core); when backward ends it waits for the rest and writes the means back into .grad().
+// CUDA buckets are reduced when backward ends. Buckets follow the order gradients became final in
+// the first backward (the tape's reverse order; rank 0's, so every rank agrees) and are reduced in
+// that order on every rank, so the result is deterministic for a fixed world size and bitwise the
+// same on every rank.
 //
 // Each reduction averages what the ranks' .grad() hold once backward ends, so gradient
 // accumulation (several backwards before a step) gives the mean of the sums, as in one process,
