@@ -23,7 +23,7 @@ struct SdpaOptions {
   // The ragged layout: int64 (B + 1) offsets, 0 first, never decreasing, the rows of q (of k)
   // last. Every rule applies per sequence with its own lengths (bottom-right alignment,
   // ALiBi); the mask broadcasts to (B, Hq, max Sq, max Skv) and dropout indexes that padded
-  // layout. CPU only for now; twice differentiable like the dense layout.
+  // layout. Both devices; twice differentiable like the dense layout.
   std::optional<Tensor> cu_seqlens_q, cu_seqlens_kv;
   bool alibi = false;  // adds -slope_h * |i_aligned - j|
   double softcap = 0;  // > 0: scores become c * tanh(s / c)

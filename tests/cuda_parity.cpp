@@ -1,4 +1,4 @@
-// The CPU-against-CUDA comparison behind the op-case tables of the CUDA suites.
+// The CPU-against-CUDA comparisons of the CUDA suites: op cases and training runs.
 #include "cuda_parity.h"
 
 #include <cmath>
@@ -81,6 +81,27 @@ void run_case(const OpCase& c) {
 
 void run_all(const std::vector<OpCase>& cases) {
   for (const OpCase& c : cases) run_case(c);
+}
+
+void check_training_parity(const nn::TransformerConfig& cfg, uint64_t seed, int64_t steps,
+                           const std::function<nn::Batch(int64_t step)>& batch_at,
+                           const std::string& what) {
+  nn::Transformer cpu_model(cfg, seed), gpu_model(cfg, seed);
+  gpu_model.to(kCUDA);
+  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}),
+      gpu_opt(gpu_model.named_parameters(), {1e-2});
+  for (int64_t step = 0; step < steps; ++step) {
+    const nn::Batch batch = batch_at(step);
+    Generator d1 = nn::step_dropout_generator(1, step), d2 = nn::step_dropout_generator(1, step);
+    const double lc = nn::train_step(cpu_model, cpu_opt, batch, d1);
+    const double lg = nn::train_step(gpu_model, gpu_opt, batch, d2);
+    INFO("step " << step << ": cpu loss " << lc << ", cuda loss " << lg);
+    CHECK(std::abs(lc - lg) < 1e-4 * (1 + std::abs(lc)));
+  }
+  auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i)
+    compare("parameter " + pc[i].first + " after " + std::to_string(steps) + " " + what,
+            pc[i].second, pg[i].second, 1e-3);
 }
 
 }  // namespace cudatest

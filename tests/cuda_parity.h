@@ -28,6 +28,14 @@ Tensor r(const tg::Shape& s, uint64_t seed, double lo = -2, double hi = 2, bool 
 // where NaN or Inf appear on one device and not the other.
 void compare(const std::string& what, const Tensor& cpu, const Tensor& gpu, double tol);
 
+// Trains a model on the CPU and its copy on CUDA (both from `seed`, AdamW at 1e-2) through the
+// same batches, CPU tensors that train_step moves to each model's device, with the same
+// dropout streams: every step's losses agree to 1e-4 (relative to 1 + |loss|) and every
+// parameter at the end to 1e-3. `what` names the steps in the failure messages.
+void check_training_parity(const tg::nn::TransformerConfig& cfg, uint64_t seed, int64_t steps,
+                           const std::function<tg::nn::Batch(int64_t step)>& batch_at,
+                           const std::string& what);
+
 // Runs one case on both devices and compares the output and every input gradient.
 void run_case(const OpCase& c);
 void run_all(const std::vector<OpCase>& cases);

@@ -1,11 +1,13 @@
-// What the SDPA sweeps (test_sdpa.cpp, test_sdpa_ragged.cpp, test_sdpa_paged.cpp) share: their
-// random options (scale, causal in either alignment, window, ALiBi, softcap, dropout), the
-// options' description, and the second-order gradients the double-backward sweeps compare.
+// What the SDPA sweeps (test_sdpa.cpp, test_sdpa_ragged.cpp, test_sdpa_paged.cpp,
+// test_cuda_ragged.cpp) share: their random options (scale, causal in either alignment, window,
+// ALiBi, softcap, dropout), the options' description, the ragged sweeps' configuration, and the
+// second-order gradients the double-backward sweeps compare.
 #pragma once
 #include <tapegrad.h>
 
 #include "test_util.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -66,6 +68,28 @@ inline std::string describe_options(const tg::SdpaOptions& o, int mask_kind,
      << " softcap=" << o.softcap << " p=" << o.dropout_p << " strided=" << strided;
   return os.str();
 }
+
+// One configuration of a ragged (packed) sweep: each sequence's query and key lengths, heads,
+// head dims, options, mask (kind 0 none, 1 float, 2 bool; shape over (B, Hq, max Sq, max Skv))
+// and layout. Each sweep draws its own.
+struct RaggedConfig {
+  std::vector<int64_t> len_q, len_kv;
+  int64_t Hq = 1, Hk = 1, D = 4, Dv = 4;
+  tg::SdpaOptions opts;
+  bool strided = false;
+  int mask_kind = 0;
+  tg::Shape mask_shape;
+  int64_t B() const { return static_cast<int64_t>(len_q.size()); }
+  int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
+  int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
+  std::string describe() const {
+    std::ostringstream os;
+    os << "len_q=" << tg::shape_str(len_q) << " len_kv=" << tg::shape_str(len_kv) << " Hq=" << Hq
+       << " Hk=" << Hk << " D=" << D << " Dv=" << Dv
+       << describe_options(opts, mask_kind, mask_shape, strided);
+    return os.str();
+  }
+};
 
 using SdpaFn = std::function<tg::SdpaResult(const tg::Tensor&, const tg::Tensor&, const tg::Tensor&,
                                             const tg::SdpaOptions&)>;

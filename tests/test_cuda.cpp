@@ -412,21 +412,7 @@ TEST_CASE("a transformer trains on CUDA: loss and gradients track the CPU's") {
   cfg.heads = 4;
   cfg.kv_heads = 2;
   cfg.attn_dropout = 0.1;
-  nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
-  gpu_model.to(kCUDA);
-  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}),
-      gpu_opt(gpu_model.named_parameters(), {1e-2});
   auto task = nn::make_task("reverse", 6);
-  for (int64_t step = 0; step < 5; ++step) {
-    nn::Batch batch = nn::task_batch(*task, 16, 1, step);
-    nn::Batch gbatch{batch.inputs.to(kCUDA), batch.targets.to(kCUDA)};
-    Generator d1 = nn::step_dropout_generator(1, step), d2 = nn::step_dropout_generator(1, step);
-    const double lc = nn::train_step(cpu_model, cpu_opt, batch, d1);
-    const double lg = nn::train_step(gpu_model, gpu_opt, gbatch, d2);
-    INFO("step " << step << ": cpu loss " << lc << ", cuda loss " << lg);
-    CHECK(std::abs(lc - lg) < 1e-4 * (1 + std::abs(lc)));
-  }
-  auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
-  for (size_t i = 0; i < pc.size(); ++i)
-    compare("parameter " + pc[i].first + " after 5 steps", pc[i].second, pg[i].second, 1e-3);
+  check_training_parity(
+      cfg, 3, 5, [&](int64_t step) { return nn::task_batch(*task, 16, 1, step); }, "steps");
 }

@@ -13,30 +13,9 @@
 using namespace tg;
 using namespace cudatest;
 using tgtest::offsets;
+using tgtest::RaggedConfig;
 
 namespace {
-
-struct RaggedConfig {
-  std::vector<int64_t> len_q, len_kv;
-  int64_t Hq = 1, Hk = 1, Dqk = 8, Dv = 8;
-  SdpaOptions opts;
-  Shape mask_shape;  // empty: no mask
-  bool bool_mask = false, strided = false;
-  int64_t B() const { return static_cast<int64_t>(len_q.size()); }
-  int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
-  int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
-  std::string describe() const {
-    std::ostringstream os;
-    os << "len_q=" << shape_str(len_q) << " len_kv=" << shape_str(len_kv) << " Hq=" << Hq
-       << " Hk=" << Hk << " Dqk=" << Dqk << " Dv=" << Dv
-       << tgtest::describe_options(opts,
-                                   mask_shape.empty() ? 0
-                                   : bool_mask        ? 2
-                                                      : 1,
-                                   mask_shape, strided);
-    return os.str();
-  }
-};
 
 // Up to 4 sequences of 0 to 20 rows, or sometimes 0 to 150 (several 64-row tiles); head dims
 // on both sides of the tiled kernels' 128.
@@ -54,13 +33,13 @@ RaggedConfig random_config(std::mt19937_64& rng) {
   if (c.max_kv() == 0) c.len_kv.front() = 1;
   c.Hk = draw.pick(1, 2);
   c.Hq = c.Hk * draw.pick(1, 3);
-  c.Dqk = dims[draw.pick(0, 8)];
-  c.Dv = draw.coin(0.6) ? c.Dqk : dims[draw.pick(0, 8)];
+  c.D = dims[draw.pick(0, 8)];
+  c.Dv = draw.coin(0.6) ? c.D : dims[draw.pick(0, 8)];
   c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 40, .alibi = 0.2});
   if (draw.coin(0.4)) {  // a mask broadcast from a random subset of (B, Hq, max Sq, max Skv)
     c.mask_shape = {draw.coin(0.5) ? B : 1, draw.coin(0.5) ? c.Hq : 1,
                     draw.coin(0.8) ? c.max_q() : 1, draw.coin(0.9) ? c.max_kv() : 1};
-    c.bool_mask = draw.coin(0.5);
+    c.mask_kind = draw.coin(0.5) ? 2 : 1;
   }
   c.strided = draw.coin(0.3);
   return c;
@@ -84,13 +63,13 @@ RaggedCall make_call(const RaggedConfig& c, uint64_t seed) {
   RaggedCall r;
   r.cu_q = offsets(c.len_q);
   r.cu_kv = offsets(c.len_kv);
-  r.q = tgtest::rnd({r.cu_q.back(), c.Hq, c.Dqk}, seed);
-  r.k = tgtest::rnd({r.cu_kv.back(), c.Hk, c.Dqk}, seed + 1);
+  r.q = tgtest::rnd({r.cu_q.back(), c.Hq, c.D}, seed);
+  r.k = tgtest::rnd({r.cu_kv.back(), c.Hk, c.D}, seed + 1);
   r.v = tgtest::rnd({r.cu_kv.back(), c.Hk, c.Dv}, seed + 2);
   r.dout = tgtest::rnd({r.cu_q.back(), c.Hq, c.Dv}, seed + 3);
-  if (!c.mask_shape.empty())
-    r.mask = c.bool_mask ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
-                         : tgtest::rnd(c.mask_shape, seed + 4, -3, 1);
+  if (c.mask_kind)
+    r.mask = c.mask_kind == 2 ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
+                              : tgtest::rnd(c.mask_shape, seed + 4, -3, 1);
   return r;
 }
 
@@ -106,7 +85,7 @@ void compare_devices(const RaggedConfig& c, const RaggedCall& call, DType dt, do
                      double grad_tol) {
   CAPTURE(dt);
   SdpaOptions cpu = call.options(c, kCPU), gpu = call.options(c, kCUDA);
-  if (call.mask.defined() && !c.bool_mask) {
+  if (c.mask_kind == 1) {
     cpu.mask = cpu.mask->to(dt);
     gpu.mask = gpu.mask->to(dt);
   }
@@ -142,7 +121,7 @@ TEST_CASE("ragged sdpa: CUDA against CPU over random configurations, outputs poi
     const RaggedConfig c = random_config(rng);
     const RaggedCall call = make_call(c, 4000 + static_cast<uint64_t>(n) * 10);
     INFO("config " << n << ": " << c.describe());
-    tiled += std::max(c.Dqk, c.Dv) <= 128;
+    tiled += std::max(c.D, c.Dv) <= 128;
     several_tiles += c.max_q() > 64 || c.max_kv() > 64;
     compare_devices(c, call, kFloat32, 2e-5, 1e-4);
     // float64 runs the simple kernels, to float64 rounding.
@@ -226,23 +205,15 @@ TEST_CASE("create_graph through the ragged layout on CUDA: second derivatives as
 TEST_CASE("packed training steps on CUDA track the CPU's: losses and parameters") {
   nn::TransformerConfig cfg = small_config();
   cfg.attn_dropout = 0.1;
-  nn::Transformer cpu_model(cfg, 3), gpu_model(cfg, 3);
-  gpu_model.to(kCUDA);
-  nn::AdamW cpu_opt(cpu_model.named_parameters(), {1e-2}),
-      gpu_opt(gpu_model.named_parameters(), {1e-2});
   auto task = nn::make_task("reverse", 8, /*random_sizes=*/true);
-  for (int64_t step = 0; step < 4; ++step) {
-    const nn::Batch batch = nn::task_packed_batch(*task, 96, 1, step);
-    REQUIRE(batch.packed());
-    Generator d1 = nn::step_dropout_generator(1, step), d2 = nn::step_dropout_generator(1, step);
-    const double lc = nn::train_step(cpu_model, cpu_opt, batch, d1);
-    const double lg = nn::train_step(gpu_model, gpu_opt, batch, d2);
-    INFO("step " << step << ": cpu loss " << lc << ", cuda loss " << lg);
-    CHECK(std::abs(lc - lg) < 1e-4 * (1 + std::abs(lc)));
-  }
-  auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
-  for (size_t i = 0; i < pc.size(); ++i)
-    compare("parameter " + pc[i].first + " after 4 packed steps", pc[i].second, pg[i].second, 1e-3);
+  check_training_parity(
+      cfg, 3, 4,
+      [&](int64_t step) {
+        nn::Batch batch = nn::task_packed_batch(*task, 96, 1, step);
+        REQUIRE(batch.packed());
+        return batch;
+      },
+      "packed steps");
 }
 
 TEST_CASE("paged decoding on CUDA: every step's logits as the CPU's") {

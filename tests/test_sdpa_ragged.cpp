@@ -15,33 +15,15 @@
 using namespace tg;
 using tgtest::check_throws_with_prefix;
 using tgtest::offsets;
+using tgtest::RaggedConfig;
 using tgtest::rel_error;
 using tgtest::rnd;
 
 namespace {
 
-struct Config {
-  std::vector<int64_t> len_q, len_kv;
-  int64_t Hq = 1, Hk = 1, D = 4, Dv = 4;
-  SdpaOptions opts;
-  bool strided = false;
-  int mask_kind = 0;  // 0 none, 1 float, 2 bool
-  Shape mask_shape;
-  int64_t B() const { return static_cast<int64_t>(len_q.size()); }
-  int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
-  int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
-  std::string describe() const {
-    std::ostringstream os;
-    os << "len_q=" << shape_str(len_q) << " len_kv=" << shape_str(len_kv) << " Hq=" << Hq
-       << " Hk=" << Hk << " D=" << D << " Dv=" << Dv
-       << tgtest::describe_options(opts, mask_kind, mask_shape, strided);
-    return os.str();
-  }
-};
-
-Config random_config(std::mt19937_64& rng) {
+RaggedConfig random_config(std::mt19937_64& rng) {
   tgtest::Draws draw{rng};
-  Config c;
+  RaggedConfig c;
   const int64_t B = draw.pick(1, 4);
   const int64_t longest = draw.coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
   const bool self = draw.coin(0.5);                   // self-attention: the same lengths
@@ -72,7 +54,7 @@ struct Inputs {
   Tensor q, k, v, mask, dout, cu_q, cu_kv;
 };
 
-Inputs make_inputs(const Config& c, uint64_t seed) {
+Inputs make_inputs(const RaggedConfig& c, uint64_t seed) {
   Inputs in;
   auto make = [&](int64_t T, int64_t H, int64_t D, uint64_t s) {
     if (!c.strided) return rnd({T, H, D}, s, -1.5, 1.5);
@@ -90,6 +72,15 @@ Inputs make_inputs(const Config& c, uint64_t seed) {
   return in;
 }
 
+// The call's options: the configuration's, with the inputs' offsets and mask.
+SdpaOptions options_for(const RaggedConfig& c, const Inputs& in) {
+  SdpaOptions o = c.opts;
+  o.cu_seqlens_q = in.cu_q;
+  o.cu_seqlens_kv = in.cu_kv;
+  if (c.mask_kind) o.mask = in.mask;
+  return o;
+}
+
 // Sequence b's rows of a packed (T, H, D) tensor as the dense (1, H, L, D).
 Tensor sequence(const Tensor& t, const std::vector<int64_t>& cu, int64_t b) {
   return t.slice(0, cu[b], cu[b + 1]).transpose(0, 1).unsqueeze(0);
@@ -101,12 +92,9 @@ TEST_CASE("ragged kernels agree with the padded, masked reference over random co
   std::mt19937_64 rng(20261123);
   const int configs = 250;
   for (int n = 0; n < configs; ++n) {
-    const Config c = random_config(rng);
+    const RaggedConfig c = random_config(rng);
     const Inputs in = make_inputs(c, 500 + 10 * n);
-    SdpaOptions o = c.opts;
-    o.cu_seqlens_q = in.cu_q;
-    o.cu_seqlens_kv = in.cu_kv;
-    if (c.mask_kind) o.mask = in.mask;
+    const SdpaOptions o = options_for(c, in);
     INFO("config " << n << ": " << c.describe());
 
     // float64 kernels against the reference, forward and every gradient.
@@ -250,12 +238,9 @@ double max_abs(const Tensor& t) { return t.numel() ? max(abs(t)).item<double>() 
 TEST_CASE("ragged double backward: against the reference's, and fused against composed") {
   std::mt19937_64 rng(20261125);
   for (int n = 0; n < 40; ++n) {
-    const Config c = random_config(rng);
+    const RaggedConfig c = random_config(rng);
     const Inputs in = make_inputs(c, 3000 + 10 * n);
-    SdpaOptions o = c.opts;
-    o.cu_seqlens_q = in.cu_q;
-    o.cu_seqlens_kv = in.cu_kv;
-    if (c.mask_kind) o.mask = in.mask;
+    const SdpaOptions o = options_for(c, in);
     INFO("config " << n << ": " << c.describe());
     const Tensor float_mask = c.mask_kind == 1 ? in.mask : Tensor();
     const auto second = [&](const tgtest::SdpaFn& attend) {
