@@ -82,6 +82,19 @@ struct RaggedConfig {
   int64_t B() const { return static_cast<int64_t>(len_q.size()); }
   int64_t max_q() const { return *std::max_element(len_q.begin(), len_q.end()); }
   int64_t max_kv() const { return *std::max_element(len_kv.begin(), len_kv.end()); }
+  // B sequences of 0 to `longest` rows (keys as long as the queries half the time), at least
+  // one row and one key in all; 1-2 key/value heads shared by 1-3 query heads each.
+  void draw_lengths_and_heads(Draws& draw, int64_t B, int64_t longest) {
+    const bool self = draw.coin(0.5);  // self-attention: the same lengths
+    for (int64_t b = 0; b < B; ++b) {
+      len_q.push_back(draw.pick(0, longest));
+      len_kv.push_back(self ? len_q.back() : draw.pick(0, longest));
+    }
+    if (max_q() == 0) len_q.back() = 1;
+    if (max_kv() == 0) len_kv.front() = 1;
+    Hk = draw.pick(1, 2);
+    Hq = Hk * draw.pick(1, 3);
+  }
   std::string describe() const {
     std::ostringstream os;
     os << "len_q=" << tg::shape_str(len_q) << " len_kv=" << tg::shape_str(len_kv) << " Hq=" << Hq

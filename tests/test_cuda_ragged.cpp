@@ -24,15 +24,7 @@ RaggedConfig random_config(std::mt19937_64& rng) {
   const int64_t dims[] = {8, 16, 32, 40, 64, 72, 96, 128, 160};
   RaggedConfig c;
   const int64_t B = draw.pick(1, 4), longest = draw.coin(0.3) ? 150 : 20;
-  const bool self = draw.coin(0.5);
-  for (int64_t b = 0; b < B; ++b) {
-    c.len_q.push_back(draw.pick(0, longest));
-    c.len_kv.push_back(self ? c.len_q.back() : draw.pick(0, longest));
-  }
-  if (c.max_q() == 0) c.len_q.back() = 1;
-  if (c.max_kv() == 0) c.len_kv.front() = 1;
-  c.Hk = draw.pick(1, 2);
-  c.Hq = c.Hk * draw.pick(1, 3);
+  c.draw_lengths_and_heads(draw, B, longest);
   c.D = dims[draw.pick(0, 8)];
   c.Dv = draw.coin(0.6) ? c.D : dims[draw.pick(0, 8)];
   c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 40, .alibi = 0.2});

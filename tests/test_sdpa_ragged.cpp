@@ -26,16 +26,8 @@ RaggedConfig random_config(std::mt19937_64& rng) {
   RaggedConfig c;
   const int64_t B = draw.pick(1, 4);
   const int64_t longest = draw.coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
-  const bool self = draw.coin(0.5);                   // self-attention: the same lengths
-  for (int64_t b = 0; b < B; ++b) {
-    c.len_q.push_back(draw.pick(0, longest));
-    c.len_kv.push_back(self ? c.len_q.back() : draw.pick(0, longest));
-  }
   // At least one row and one key (no rows or no keys at all: the edge-case test below).
-  if (c.max_q() == 0) c.len_q.back() = 1;
-  if (c.max_kv() == 0) c.len_kv.front() = 1;
-  c.Hk = draw.pick(1, 2);
-  c.Hq = c.Hk * draw.pick(1, 3);
+  c.draw_lengths_and_heads(draw, B, longest);
   c.D = draw.coin(0.5) ? 4 : 8;
   c.Dv = draw.coin(0.7) ? c.D : draw.pick(3, 9);
   c.strided = draw.coin(0.3);
