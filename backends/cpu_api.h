@@ -18,6 +18,11 @@ std::vector<std::string> cpu_gemm_choices();
 // Chooses one of cpu_gemm_choices() for the rest of the process (benchmarks, tests); any
 // other name is an error.
 void set_cpu_gemm(const std::string& name);
+// Whether bfloat16 matrix products multiply in bfloat16 with float32 sums (oneDNN's matmul:
+// about twice its float32 rate) rather than in float32 on widened copies: true where
+// cpu_gemm() is "onednn" and oneDNN may use the CPU's AVX512_BF16 or AMX instructions
+// (ONEDNN_MAX_CPU_ISA=AVX512_CORE, for one, forbids them). float16 products always widen.
+bool cpu_gemm_bf16_native();
 
 // The vector instruction set the CPU kernels were compiled for: "AVX-512", "AVX2", "AVX" or
 // "SSE2" (TAPEGRAD_NATIVE=ON compiles for the build machine's own).

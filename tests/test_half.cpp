@@ -5,8 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -86,6 +90,35 @@ void check_random_floats(uint16_t max_finite_bits) {
     CHECK(H(x).bits == want);
   }
 }
+
+// The float32 product's error bound for 16-bit a (m x k) and b against float64 on the same
+// values: the float32 sum's (k u32 sum|a||b|) and one rounding to 16 bits (u |ref|).
+void check_within_float32_error(const Tensor& got16, const Tensor& a, const Tensor& b) {
+  const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64);
+  const std::vector<double> got = got16.to(kFloat64).to_vector<double>();
+  const std::vector<double> ref = matmul(a64, b64).to_vector<double>();
+  const std::vector<double> mag = matmul(abs(a64), abs(b64)).to_vector<double>();
+  const double u = got16.dtype() == kBFloat16 ? 0x1p-8 : 0x1p-11;
+  const double k = static_cast<double>(a.size(-1));
+  REQUIRE(got.size() == ref.size());
+  for (size_t e = 0; e < ref.size(); ++e) {
+    INFO("element " << e);
+    CHECK(std::abs(got[e] - ref[e]) <= u * std::abs(ref[e]) + k * 0x1p-24 * mag[e]);
+  }
+}
+
+// Runs the CPU's matrix products on Eigen while it lives: 16-bit products then widen to float32
+// on every machine, where oneDNN would multiply bfloat16 natively on some.
+class WidenedGemm {
+ public:
+  WidenedGemm() : before_(cpu_gemm()) { set_cpu_gemm("eigen"); }
+  ~WidenedGemm() { set_cpu_gemm(before_); }
+  WidenedGemm(const WidenedGemm&) = delete;
+  WidenedGemm& operator=(const WidenedGemm&) = delete;
+
+ private:
+  std::string before_;
+};
 
 }  // namespace
 
@@ -226,31 +259,61 @@ TEST_CASE("reductions, softmax and matmul accumulate 16-bit inputs in float32, r
     CHECK(same(mean(r, {0}), mean(r32, {0}).to(h)));
     CHECK(same(softmax(r, -1), softmax(r32, -1).to(h)));
     Tensor w = tgtest::rnd({300, 40}, 12).to(h);
-    CHECK(same(matmul(r, w), matmul(r32, w.to(kFloat32)).to(h)));
+    {
+      WidenedGemm widened;  // the native bfloat16 product sums in its own order: next test
+      CHECK(same(matmul(r, w), matmul(r32, w.to(kFloat32)).to(h)));
+    }
   }
 }
 
 TEST_CASE("a large 16-bit matmul in blocks of rows: within float32's error, rounded once") {
-  // K = 4096 makes the CPU's 16-bit GEMM widen `a` and `c` 256 rows at a time: 300 rows are two
-  // blocks. Against float64 on the same values: the float32 sum's error (K u32 sum|a||b|) and
-  // one rounding to 16 bits (u |ref|).
-  for (DType h : {kBFloat16, kFloat16}) {
-    for (bool transposed : {false, true}) {
-      CAPTURE(h);
-      CAPTURE(transposed);
-      Tensor a = transposed ? tgtest::rnd({4096, 300}, 31).to(h).transpose(0, 1)
-                            : tgtest::rnd({300, 4096}, 31).to(h);
-      Tensor b = tgtest::rnd({4096, 8}, 32).to(h);
-      const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64);
-      const std::vector<double> got = matmul(a, b).to(kFloat64).to_vector<double>();
-      const std::vector<double> ref = matmul(a64, b64).to_vector<double>();
-      const std::vector<double> mag = matmul(abs(a64), abs(b64)).to_vector<double>();
-      const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
-      for (size_t e = 0; e < ref.size(); ++e) {
-        INFO("element " << e);
-        CHECK(std::abs(got[e] - ref[e]) <= u * std::abs(ref[e]) + 4096 * 0x1p-24 * mag[e]);
+  // K = 4096 makes the CPU's widening 16-bit GEMM convert `a` and `c` 256 rows at a time: 300
+  // rows are two blocks. Both paths where this machine has the native bfloat16 one.
+  for (bool widen : {false, true}) {
+    std::optional<WidenedGemm> widened;
+    if (widen) widened.emplace();
+    for (DType h : {kBFloat16, kFloat16}) {
+      for (bool transposed : {false, true}) {
+        CAPTURE(widen);
+        CAPTURE(h);
+        CAPTURE(transposed);
+        Tensor a = transposed ? tgtest::rnd({4096, 300}, 31).to(h).transpose(0, 1)
+                              : tgtest::rnd({300, 4096}, 31).to(h);
+        Tensor b = tgtest::rnd({4096, 8}, 32).to(h);
+        check_within_float32_error(matmul(a, b), a, b);
       }
     }
+  }
+}
+
+TEST_CASE("bfloat16 matmul at every layout: within float32's error, on both CPU paths") {
+  // Where cpu_gemm_bf16_native() holds, oneDNN multiplies bfloat16 itself: transposed and
+  // column-major operands, rows with padding, batches with a broadcast operand, one row.
+  INFO("native bfloat16 GEMM here: " << cpu_gemm_bf16_native());
+  for (bool widen : {false, true}) {
+    CAPTURE(widen);
+    std::optional<WidenedGemm> widened;
+    if (widen) widened.emplace();
+    const Tensor a = tgtest::rnd({3, 37, 70}, 41).to(kBFloat16);
+    const Tensor b = tgtest::rnd({3, 70, 29}, 42).to(kBFloat16);
+    const Tensor at = tgtest::rnd({3, 70, 37}, 43).to(kBFloat16).transpose(1, 2);
+    const Tensor bt = tgtest::rnd({3, 29, 70}, 44).to(kBFloat16).transpose(1, 2);
+    const Tensor a_padded = tgtest::rnd({3, 37, 80}, 45).to(kBFloat16).narrow(2, 0, 70);
+    const Tensor b_shared = tgtest::rnd({70, 29}, 46).to(kBFloat16);
+    for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
+             {a, b}, {at, b}, {a, bt}, {at, bt}, {a_padded, b}, {a, b_shared}}) {
+      CAPTURE(x.strides());
+      CAPTURE(y.strides());
+      const Tensor got = matmul(x, y);
+      CHECK(got.dtype() == kBFloat16);
+      CHECK(got.sizes() == Shape{3, 37, 29});
+      check_within_float32_error(got, x, y);
+    }
+    const Tensor row = tgtest::rnd({1, 70}, 47).to(kBFloat16);
+    check_within_float32_error(matmul(row, b_shared), row, b_shared);
+    CHECK(matmul(zeros({4, 0}, kBFloat16), zeros({0, 5}, kBFloat16))
+              .to(kFloat32)
+              .to_vector<float>() == std::vector<float>(20, 0.0f));
   }
 }
 

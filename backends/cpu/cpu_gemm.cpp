@@ -76,6 +76,17 @@ std::vector<std::string> cpu_gemm_choices() {
 
 void set_cpu_gemm(const std::string& name) { chosen().store(static_cast<int>(parse(name))); }
 
+bool cpu_gemm_bf16_native() {
+#ifdef TAPEGRAD_ONEDNN
+  // The ISA values are bit sets: AMX's includes AVX512_BF16's, AVX2_VNNI's does not.
+  static const bool has = (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) &
+                           dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  return has && engine() == Engine::OneDNN;
+#else
+  return false;
+#endif
+}
+
 const char* cpu_isa() { return cpu::simd::isa_name(); }
 
 std::string cpu_model() {
@@ -142,6 +153,102 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const doubl
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
       (void)ldc;
   return false;
+}
+
+#ifdef TAPEGRAD_ONEDNN
+namespace {
+
+// oneDNN's CPU engine, made once, and a stream on it for each calling thread.
+dnnl_engine_t onednn_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    const dnnl_status_t st = dnnl_engine_create(&e, dnnl_cpu, 0);
+    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's CPU engine failed with status ",
+             static_cast<int>(st));
+    return e;
+  }();
+  return engine;
+}
+
+struct OneDnnStream {
+  dnnl_stream_t stream = nullptr;
+  OneDnnStream() {
+    const dnnl_status_t st =
+        dnnl_stream_create(&stream, onednn_engine(), dnnl_stream_default_flags);
+    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's stream failed with status ",
+             static_cast<int>(st));
+  }
+  ~OneDnnStream() { dnnl_stream_destroy(stream); }
+  OneDnnStream(const OneDnnStream&) = delete;
+  OneDnnStream& operator=(const OneDnnStream&) = delete;
+};
+
+// A row-major (rows x cols) bfloat16 matrix with row stride ld, or its transpose when t.
+dnnl_memory_desc_t bf16_matrix(int64_t rows, int64_t cols, int64_t ld, bool t) {
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {rows, cols};
+  dnnl_dims_t strides = {t ? 1 : ld, t ? ld : 1};
+  const dnnl_status_t st = dnnl_memory_desc_init_by_strides(&md, 2, dims, dnnl_bf16, strides);
+  TG_CHECK(st == dnnl_success, "matmul", "oneDNN refused a ", rows, " x ", cols,
+           " bfloat16 matrix (status ", static_cast<int>(st), ")");
+  return md;
+}
+
+// Owns what dnnl_*_create made, destroying it on every way out.
+template <class T, dnnl_status_t (*Destroy)(T)>
+struct Owned {
+  T handle = nullptr;
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (handle) Destroy(handle);
+  }
+};
+
+}  // namespace
+#endif
+
+bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
+                  const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc) {
+#ifdef TAPEGRAD_ONEDNN
+  if (!cpu_gemm_bf16_native()) return false;
+  // op(A) is m x k: A itself is (k x m) row-major when transposed, read through swapped strides.
+  const dnnl_memory_desc_t amd = bf16_matrix(m, k, std::max<int64_t>(lda, 1), ta);
+  const dnnl_memory_desc_t bmd = bf16_matrix(k, n, std::max<int64_t>(ldb, 1), tb);
+  const dnnl_memory_desc_t cmd = bf16_matrix(m, n, std::max<int64_t>(ldc, 1), false);
+  dnnl_matmul_desc_t desc;
+  if (dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success) return false;
+  // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
+  // about a microsecond, so nothing is cached here.
+  Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
+  if (dnnl_primitive_desc_create(&pd.handle, &desc, nullptr, onednn_engine(), nullptr) !=
+      dnnl_success)
+    return false;
+  Owned<dnnl_primitive_t, dnnl_primitive_destroy> prim;
+  Owned<dnnl_memory_t, dnnl_memory_destroy> am, bm, cm;
+  // oneDNN only reads the source and weights, though its memory objects take non-const data.
+  auto* ap = const_cast<bfloat16*>(a);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto* bp = const_cast<bfloat16*>(b);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  dnnl_status_t st = dnnl_primitive_create(&prim.handle, pd.handle);
+  if (st == dnnl_success) st = dnnl_memory_create(&am.handle, &amd, onednn_engine(), ap);
+  if (st == dnnl_success) st = dnnl_memory_create(&bm.handle, &bmd, onednn_engine(), bp);
+  if (st == dnnl_success) st = dnnl_memory_create(&cm.handle, &cmd, onednn_engine(), c);
+  if (st == dnnl_success) {
+    thread_local OneDnnStream stream;
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, am.handle}, {DNNL_ARG_WEIGHTS, bm.handle}, {DNNL_ARG_DST, cm.handle}};
+    st = dnnl_primitive_execute(prim.handle, stream.stream, 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream.stream);
+  }
+  TG_CHECK(st == dnnl_success, "matmul", "oneDNN's bfloat16 matmul failed with status ",
+           static_cast<int>(st), " for m=", m, " n=", n, " k=", k);
+  return true;
+#else
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
+      (void)ldc;
+  return false;
+#endif
 }
 
 }  // namespace cpu

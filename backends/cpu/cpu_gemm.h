@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace tg::cpu {
 
 // C (m x n, row stride ldc) = op(A) op(B), op transposing when asked, every operand row-major
@@ -12,5 +14,11 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
                   const float* b, int64_t ldb, float* c, int64_t ldc);
 bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                   const double* b, int64_t ldb, double* c, int64_t ldc);
+// The same with bfloat16 operands and result, multiplied in bfloat16 with float32 sums and
+// rounded once: oneDNN's matmul where the chosen engine is oneDNN and the CPU has bfloat16
+// instructions (bf16_gemm_is_native()). Returns false, touching nothing, elsewhere or when
+// oneDNN refuses the layout; the caller then converts to float32.
+bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
+                  const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc);
 
 }  // namespace tg::cpu

@@ -1,7 +1,8 @@
 // Batched GEMM over our buffers: the library cpu_gemm() names (oneDNN or OpenBLAS, see
-// cpu_gemm.cpp), else Eigen maps. Many small matrices: one thread each (all of them run
-// single-threaded inside an OpenMP region); few large ones: the library's own threads, drawn
-// from the same OpenMP pool.
+// cpu_gemm.cpp), else Eigen maps; 16-bit products in bfloat16 through oneDNN where the CPU
+// multiplies bfloat16 natively, else in float32 on widened copies. Many small matrices: one thread
+// each (all of them run single-threaded inside an OpenMP region); few large ones: the library's own
+// threads, drawn from the same OpenMP pool.
 #include <Eigen/Core>
 #include <algorithm>
 
@@ -35,50 +36,98 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, int64_t
   C.noalias() = A * B;
 }
 
+// The matrix dims and memory orders of a (batched) product C = A B, checked.
+struct Product {
+  int64_t m, n, k, lda, ldb, ldc, batch;
+  bool ra, rb;  // A, B row-major (else column-major)
+};
+
+Product product_of(const View& a, const View& b, const View& c) {
+  const size_t nd = c.sizes.size();
+  Product p{};
+  p.m = c.sizes[nd - 2], p.n = c.sizes[nd - 1], p.k = a.sizes[nd - 1];
+  p.ra = gemm_row_major(a), p.rb = gemm_row_major(b);
+  TG_CHECK((p.ra || gemm_col_major(a)) && (p.rb || gemm_col_major(b)), "matmul",
+           "internal: operands must be row- or column-major matrices");
+  TG_CHECK(gemm_row_major(c), "matmul", "internal: output must be row-major");
+  p.lda = leading_dim(a), p.ldb = leading_dim(b), p.ldc = c.strides[nd - 2];
+  p.batch = numel_of(Shape(c.sizes.begin(), c.sizes.end() - 2));
+  return p;
+}
+
+// The element offsets of batch item bi's matrices in a, b and c.
+struct Offsets {
+  int64_t a = 0, b = 0, c = 0;
+};
+Offsets offsets_of(const View& a, const View& b, const View& c, int64_t bi) {
+  Offsets o;
+  for (size_t d = c.sizes.size() - 2; d-- > 0;) {
+    const int64_t i = bi % c.sizes[d];
+    bi /= c.sizes[d];
+    o.a += i * a.strides[d];
+    o.b += i * b.strides[d];
+    o.c += i * c.strides[d];
+  }
+  return o;
+}
+
 template <class T>
 void matmul_typed(const View& a, const View& b, const View& c) {
-  const size_t nd = c.sizes.size();
-  const int64_t m = c.sizes[nd - 2], n = c.sizes[nd - 1], k = a.sizes[nd - 1];
-  const bool ra = gemm_row_major(a), rb = gemm_row_major(b);
-  TG_CHECK((ra || gemm_col_major(a)) && (rb || gemm_col_major(b)), "matmul",
-           "internal: operands must be row- or column-major matrices");
-  const int64_t lda = leading_dim(a), ldb = leading_dim(b), ldc = c.strides[nd - 2];
-  TG_CHECK(gemm_row_major(c), "matmul", "internal: output must be row-major");
-  const int64_t batch = numel_of(Shape(c.sizes.begin(), c.sizes.end() - 2));
+  const Product p = product_of(a, b, c);
   const T* ap = static_cast<const T*>(a.data);
   const T* bp = static_cast<const T*>(b.data);
   T* cp = static_cast<T*>(c.data);
   auto one = [&](int64_t bi) {
-    int64_t ao = 0, bo = 0, co = 0, r = bi;
-    for (size_t d = nd - 2; d-- > 0;) {
-      int64_t i = r % c.sizes[d];
-      r /= c.sizes[d];
-      ao += i * a.strides[d];
-      bo += i * b.strides[d];
-      co += i * c.strides[d];
-    }
+    const Offsets o = offsets_of(a, b, c, bi);
+    const int64_t m = p.m, n = p.n, k = p.k, lda = p.lda, ldb = p.ldb, ldc = p.ldc;
     if (k == 0) {
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) cp[co + i * ldc + j] = T(0);
+        for (int64_t j = 0; j < n; ++j) cp[o.c + i * ldc + j] = T(0);
       return;
     }
     // A row-major operand is NoTrans, a column-major one Trans.
-    if (library_gemm(!ra, !rb, m, n, k, ap + ao, lda, bp + bo, ldb, cp + co, ldc)) return;
-    if (ra && rb)
-      gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-    else if (ra)
-      gemm<T, Eigen::RowMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
-    else if (rb)
-      gemm<T, Eigen::ColMajor, Eigen::RowMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+    if (library_gemm(!p.ra, !p.rb, m, n, k, ap + o.a, lda, bp + o.b, ldb, cp + o.c, ldc)) return;
+    if (p.ra && p.rb)
+      gemm<T, Eigen::RowMajor, Eigen::RowMajor>(ap + o.a, bp + o.b, cp + o.c, m, k, n, lda, ldb,
+                                                ldc);
+    else if (p.ra)
+      gemm<T, Eigen::RowMajor, Eigen::ColMajor>(ap + o.a, bp + o.b, cp + o.c, m, k, n, lda, ldb,
+                                                ldc);
+    else if (p.rb)
+      gemm<T, Eigen::ColMajor, Eigen::RowMajor>(ap + o.a, bp + o.b, cp + o.c, m, k, n, lda, ldb,
+                                                ldc);
     else
-      gemm<T, Eigen::ColMajor, Eigen::ColMajor>(ap + ao, bp + bo, cp + co, m, k, n, lda, ldb, ldc);
+      gemm<T, Eigen::ColMajor, Eigen::ColMajor>(ap + o.a, bp + o.b, cp + o.c, m, k, n, lda, ldb,
+                                                ldc);
   };
-  if (batch > 1) {
+  if (p.batch > 1) {
 #pragma omp parallel for schedule(static)
-    for (int64_t bi = 0; bi < batch; ++bi) one(bi);
-  } else if (batch == 1) {
+    for (int64_t bi = 0; bi < p.batch; ++bi) one(bi);
+  } else if (p.batch == 1) {
     one(0);
   }
+}
+
+// bfloat16 products multiplied in bfloat16 with float32 sums where the CPU can
+// (cpu_gemm_bf16_native()): one product after another, each on the library's threads. False,
+// nothing written, where it can't; the caller then widens to float32.
+bool matmul_bf16_native(const View& a, const View& b, const View& c) {
+  if (a.dtype != kBFloat16 || b.dtype != kBFloat16 || c.dtype != kBFloat16) return false;
+  const Product p = product_of(a, b, c);
+  if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return false;  // nothing to multiply
+  const auto* ap = static_cast<const bfloat16*>(a.data);
+  const auto* bp = static_cast<const bfloat16*>(b.data);
+  auto* cp = static_cast<bfloat16*>(c.data);
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    const Offsets o = offsets_of(a, b, c, bi);
+    // Every item has the first's dims and strides: if oneDNN takes one, it takes them all.
+    if (!library_gemm(!p.ra, !p.rb, p.m, p.n, p.k, ap + o.a, p.lda, bp + o.b, p.ldb, cp + o.c,
+                      p.ldc)) {
+      TG_CHECK(bi == 0, "matmul", "internal: oneDNN took the first bfloat16 product only");
+      return false;
+    }
+  }
+  return true;
 }
 
 // The rows [r0, r0 + rows) of a 2-D view.
@@ -112,6 +161,7 @@ bool matmul_half_2d(Backend& be, const View& a, const View& b, const View& c) {
 }  // namespace
 
 void CpuBackend::matmul(const View& a, const View& b, const View& c) {
+  if (matmul_bf16_native(a, b, c)) return;
   if (matmul_half_2d(*this, a, b, c)) return;
   if (half_kernels::matmul(*this, kCPU, a, b, c)) return;  // batched: whole stand-ins
   if (c.dtype == kFloat64) {
