@@ -3,7 +3,10 @@
 //  1. the reference transformer's training-step products (bench_train_step's model: 2048
 //     tokens, d_model 256, packed q/k/v 384, SwiGLU 2 x 768), forward and both gradients, on
 //     [threads] threads: OpenBLAS, BLIS, oneDNN, Eigen;
-//  2. SDPA's three kinds of 64 x 64 x 64 tile product on one thread: tile_gemm, OpenBLAS,
+//  2. the same products through tg::matmul in float32 and bfloat16, on [threads] threads: the
+//     bfloat16 ones multiply natively where the machine line says "bf16 native", else widen to
+//     float32 (ONEDNN_MAX_CPU_ISA=AVX512_CORE forces the widening on such a machine);
+//  3. SDPA's three kinds of 64 x 64 x 64 tile product on one thread: tile_gemm, OpenBLAS,
 //     oneDNN, Eigen.
 // GFLOP/s, medians. OpenBLAS and BLIS both export cblas_sgemm, so each is opened on its own
 // (dlopen, RTLD_LOCAL) from Debian's OpenMP builds; a library that is not installed shows "-".
@@ -165,6 +168,21 @@ int main(int argc, char** argv) {
       print_row(std::string(s.what) + " (" + std::to_string(s.m) + " x " + std::to_string(s.n) +
                     " x " + std::to_string(s.k) + ")",
                 run_shape(s, libs, 15));
+    }
+
+    std::printf("\ntg::matmul, float32 and bfloat16, %d threads, GFLOP/s\n\n", threads);
+    std::printf("| product (m x n x k) | float32 | bfloat16 | bfloat16 / float32 |\n");
+    std::printf("| --- | ---: | ---: | ---: |\n");
+    for (const Shape& s : step) {
+      // op(A) and op(B) as views of row-major tensors, transposed where the library's are.
+      const tg::Tensor a = s.ta ? tg::randn({s.k, s.m}).transpose(0, 1) : tg::randn({s.m, s.k});
+      const tg::Tensor b = s.tb ? tg::randn({s.n, s.k}).transpose(0, 1) : tg::randn({s.k, s.n});
+      const tg::Tensor a16 = a.to(tg::kBFloat16), b16 = b.to(tg::kBFloat16);
+      const double gflop = 2.0 * s.m * s.n * s.k * 1e-6;
+      const double f32 = gflop / median_ms([&] { tg::matmul(a, b); }, 15);
+      const double bf16 = gflop / median_ms([&] { tg::matmul(a16, b16); }, 15);
+      std::printf("| %s (%d x %d x %d) | %.0f | %.0f | %.2f |\n", s.what, s.m, s.n, s.k, f32, bf16,
+                  bf16 / f32);
     }
 
     set_threads(1);
