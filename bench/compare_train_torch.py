@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Runs bench_train_step and the same transformer and training step in PyTorch eager
-(float32, same shapes, same thread count): RoPE on adjacent pairs, GQA through
+(same shapes, same thread count): RoPE on adjacent pairs, GQA through
 scaled_dot_product_attention(enable_gqa=True), SwiGLU, RMSNorm, untied head, cross-entropy,
 global-norm clipping and AdamW. Prints both and the ratio.
 
-    python bench/compare_train_torch.py build/bench/bench/bench_train_step [threads] [steps] [cpu|cuda] [rounds]
+    python bench/compare_train_torch.py build/bench/bench/bench_train_step [threads] [steps] [cpu|cuda] [rounds] [--precision fp32|bf16|fp16]
+
+--precision (default fp32) runs both sides in mixed precision: bench_train_step --precision P,
+and PyTorch's forward under torch.autocast(dtype=bfloat16|float16) with float32 parameters,
+plus torch.amp.GradScaler for fp16 (as tapegrad's train_step does).
 
 The two run alternately for `rounds` rounds (default 3) so that a slow spell of a shared
 machine hits both; each round reports a median over `steps` steps, and the final ratio is
@@ -84,19 +88,33 @@ class Model(nn.Module):
         return self.head(self.norm(h))
 
 
-def torch_step_ms(steps, device):
+LOW = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_step_ms(steps, device, precision):
     torch.manual_seed(0)
     model = Model().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     g = torch.Generator().manual_seed(7)
+    low = LOW[precision]
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
 
     def step():
         t = torch.randint(0, VOCAB, (B, S + 1), generator=g).to(device)
-        loss = F.cross_entropy(model(t[:, :-1]).reshape(-1, VOCAB), t[:, 1:].reshape(-1))
+        with torch.autocast(device_type=device, dtype=low, enabled=low is not None):
+            logits = model(t[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), t[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
         loss.item()
 
     step()  # median_ms warms up once more
@@ -104,23 +122,31 @@ def torch_step_ms(steps, device):
 
 
 def main():
-    exe = sys.argv[1]
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
-    rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+    argv = sys.argv[1:]
+    precision = "fp32"
+    if "--precision" in argv:
+        i = argv.index("--precision")
+        if i + 1 >= len(argv) or argv[i + 1] not in LOW:
+            sys.exit("--precision takes fp32, bf16 or fp16")
+        precision = argv[i + 1]
+        del argv[i:i + 2]
+    exe = argv[0]
+    threads = int(argv[1]) if len(argv) > 1 else 2
+    steps = int(argv[2]) if len(argv) > 2 else 5
+    device = argv[3] if len(argv) > 3 else "cpu"
+    rounds = int(argv[4]) if len(argv) > 4 else 3
     torch.set_num_threads(threads)
     ours, theirs = [], []
     for r in range(rounds):
-        out = subprocess.run([exe, str(threads), str(steps), device], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run([exe, str(threads), str(steps), device, "--precision", precision],
+                             check=True, capture_output=True, text=True).stdout
         header, lines = split_machine(out, threads)
         if r == 0:
             print(header)
             print("\n".join(lines))
         ours.append(float(next(l.split("\t")[1] for l in out.splitlines()
                                if l.startswith("step_ms"))))
-        theirs.append(torch_step_ms(steps, device))
+        theirs.append(torch_step_ms(steps, device, precision))
         print(f"round {r + 1}: tapegrad {ours[-1]:.1f} ms, pytorch {theirs[-1]:.1f} ms")
     a, b = sorted(ours)[len(ours) // 2], sorted(theirs)[len(theirs) // 2]
     tokens = B * S
@@ -128,7 +154,7 @@ def main():
     print(f"{'tapegrad':12}{a:10.1f}{tokens / a * 1e3:10.0f}")
     print(f"{'pytorch':12}{b:10.1f}{tokens / b * 1e3:10.0f}")
     print(f"speedup (pytorch ms / tapegrad ms): {b / a:.2f}x  [torch {torch.__version__}, "
-          f"{threads} threads, {device}]")
+          f"{threads} threads, {device}, {precision}]")
     print(f"rounds: tapegrad {' / '.join(f'{x:.1f}' for x in ours)} ms, "
           f"pytorch {' / '.join(f'{x:.1f}' for x in theirs)} ms")
     print(header)
