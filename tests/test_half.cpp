@@ -288,7 +288,8 @@ TEST_CASE("a large 16-bit matmul in blocks of rows: within float32's error, roun
 
 TEST_CASE("bfloat16 matmul at every layout: within float32's error, on both CPU paths") {
   // Where cpu_gemm_bf16_native() holds, oneDNN multiplies bfloat16 itself: transposed and
-  // column-major operands, rows with padding, batches with a broadcast operand, one row.
+  // column-major operands, rows with padding, batches with a broadcast operand, one row; the
+  // layouts it is not handed widen.
   INFO("native bfloat16 GEMM here: " << cpu_gemm_bf16_native());
   for (bool widen : {false, true}) {
     CAPTURE(widen);
@@ -307,6 +308,23 @@ TEST_CASE("bfloat16 matmul at every layout: within float32's error, on both CPU 
       const Tensor got = matmul(x, y);
       CHECK(got.dtype() == kBFloat16);
       CHECK(got.sizes() == Shape{3, 37, 29});
+      check_within_float32_error(got, x, y);
+    }
+    // Batches of two dims: one stride steps through them (one native call), a weight shared by
+    // every item (stride 0), a weight shared along one dim only and a batch in permuted order
+    // (no single stride: widened).
+    const Tensor a4 = tgtest::rnd({2, 3, 37, 70}, 48).to(kBFloat16);
+    const Tensor at4 = tgtest::rnd({2, 3, 70, 37}, 49).to(kBFloat16).transpose(2, 3);
+    const Tensor b4 = tgtest::rnd({2, 3, 70, 29}, 50).to(kBFloat16);
+    const Tensor b_all = tgtest::rnd({1, 1, 70, 29}, 51).to(kBFloat16);
+    const Tensor b_dim1 = tgtest::rnd({1, 3, 70, 29}, 52).to(kBFloat16);
+    const Tensor a_permuted = tgtest::rnd({3, 2, 37, 70}, 53).to(kBFloat16).transpose(0, 1);
+    for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
+             {a4, b4}, {at4, b4}, {at4, b_all}, {a4, b_dim1}, {a_permuted, b4}}) {
+      CAPTURE(x.strides());
+      CAPTURE(y.strides());
+      const Tensor got = matmul(x, y);
+      CHECK(got.sizes() == Shape{2, 3, 37, 29});
       check_within_float32_error(got, x, y);
     }
     const Tensor row = tgtest::rnd({1, 70}, 47).to(kBFloat16);

@@ -183,14 +183,16 @@ struct OneDnnStream {
   OneDnnStream& operator=(const OneDnnStream&) = delete;
 };
 
-// A row-major (rows x cols) bfloat16 matrix with row stride ld, or its transpose when t.
-dnnl_memory_desc_t bf16_matrix(int64_t rows, int64_t cols, int64_t ld, bool t) {
+// `count` row-major (rows x cols) bfloat16 matrices `stride` elements apart (count 1: one
+// matrix for every item of the batch), each with row stride ld, or their transposes when t.
+dnnl_memory_desc_t bf16_matrices(int64_t count, int64_t stride, int64_t rows, int64_t cols,
+                                 int64_t ld, bool t) {
   dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {rows, cols};
-  dnnl_dims_t strides = {t ? 1 : ld, t ? ld : 1};
-  const dnnl_status_t st = dnnl_memory_desc_init_by_strides(&md, 2, dims, dnnl_bf16, strides);
-  TG_CHECK(st == dnnl_success, "matmul", "oneDNN refused a ", rows, " x ", cols,
-           " bfloat16 matrix (status ", static_cast<int>(st), ")");
+  dnnl_dims_t dims = {count, rows, cols};
+  dnnl_dims_t strides = {count == 1 ? rows * cols : stride, t ? 1 : ld, t ? ld : 1};
+  const dnnl_status_t st = dnnl_memory_desc_init_by_strides(&md, 3, dims, dnnl_bf16, strides);
+  TG_CHECK(st == dnnl_success, "matmul", "oneDNN refused ", count, " bfloat16 matrices of ", rows,
+           " x ", cols, " (status ", static_cast<int>(st), ")");
   return md;
 }
 
@@ -209,14 +211,18 @@ struct Owned {
 }  // namespace
 #endif
 
-bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
-                  const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc) {
+bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Matrices& a,
+                       const Bf16Matrices& b, bfloat16* c, int64_t ldc, int64_t stride_c) {
 #ifdef TAPEGRAD_ONEDNN
   if (!cpu_gemm_bf16_native()) return false;
+  // A stride of 0 is one matrix for the whole batch: oneDNN broadcasts a batch dim of 1.
+  auto md = [batch](const Bf16Matrices& x, int64_t rows, int64_t cols) {
+    return bf16_matrices(x.stride == 0 ? 1 : batch, x.stride, rows, cols,
+                         std::max<int64_t>(x.ld, 1), x.t);
+  };
   // op(A) is m x k: A itself is (k x m) row-major when transposed, read through swapped strides.
-  const dnnl_memory_desc_t amd = bf16_matrix(m, k, std::max<int64_t>(lda, 1), ta);
-  const dnnl_memory_desc_t bmd = bf16_matrix(k, n, std::max<int64_t>(ldb, 1), tb);
-  const dnnl_memory_desc_t cmd = bf16_matrix(m, n, std::max<int64_t>(ldc, 1), false);
+  const dnnl_memory_desc_t amd = md(a, m, k), bmd = md(b, k, n);
+  const dnnl_memory_desc_t cmd = md({c, ldc, stride_c, false}, m, n);
   dnnl_matmul_desc_t desc;
   if (dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success) return false;
   // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
@@ -228,8 +234,8 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloa
   Owned<dnnl_primitive_t, dnnl_primitive_destroy> prim;
   Owned<dnnl_memory_t, dnnl_memory_destroy> am, bm, cm;
   // oneDNN only reads the source and weights, though its memory objects take non-const data.
-  auto* ap = const_cast<bfloat16*>(a);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  auto* bp = const_cast<bfloat16*>(b);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto* ap = const_cast<bfloat16*>(a.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto* bp = const_cast<bfloat16*>(b.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
   dnnl_status_t st = dnnl_primitive_create(&prim.handle, pd.handle);
   if (st == dnnl_success) st = dnnl_memory_create(&am.handle, &amd, onednn_engine(), ap);
   if (st == dnnl_success) st = dnnl_memory_create(&bm.handle, &bmd, onednn_engine(), bp);
@@ -242,11 +248,10 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloa
     if (st == dnnl_success) st = dnnl_stream_wait(stream.stream);
   }
   TG_CHECK(st == dnnl_success, "matmul", "oneDNN's bfloat16 matmul failed with status ",
-           static_cast<int>(st), " for m=", m, " n=", n, " k=", k);
+           static_cast<int>(st), " for ", batch, " products of m=", m, " n=", n, " k=", k);
   return true;
 #else
-  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
-      (void)ldc;
+  (void)batch, (void)m, (void)n, (void)k, (void)a, (void)b, (void)c, (void)ldc, (void)stride_c;
   return false;
 #endif
 }

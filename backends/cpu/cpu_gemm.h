@@ -14,11 +14,21 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
                   const float* b, int64_t ldb, float* c, int64_t ldc);
 bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                   const double* b, int64_t ldb, double* c, int64_t ldc);
-// The same with bfloat16 operands and result, multiplied in bfloat16 with float32 sums and
-// rounded once: oneDNN's matmul where the chosen engine is oneDNN and the CPU has bfloat16
-// instructions (bf16_gemm_is_native()). Returns false, touching nothing, elsewhere or when
+
+// An operand's bfloat16 matrices, `stride` elements apart (0: the same matrix for every item
+// of the batch), each row-major with row stride ld, read transposed when t.
+struct Bf16Matrices {
+  const bfloat16* data = nullptr;
+  int64_t ld = 0;
+  int64_t stride = 0;
+  bool t = false;
+};
+// C_i = op(A_i) op(B_i) for i < batch, in one call: multiplied in bfloat16 with float32 sums and
+// rounded once, by oneDNN's matmul where the chosen engine is oneDNN and the CPU has bfloat16
+// instructions (cpu_gemm_bf16_native()). Returns false, touching nothing, elsewhere or when
 // oneDNN refuses the layout; the caller then converts to float32.
-bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
-                  const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc);
+// C_i is row-major with row stride ldc, stride_c elements after C_(i-1).
+bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Matrices& a,
+                       const Bf16Matrices& b, bfloat16* c, int64_t ldc, int64_t stride_c);
 
 }  // namespace tg::cpu

@@ -5,6 +5,7 @@
 // threads, drawn from the same OpenMP pool.
 #include <Eigen/Core>
 #include <algorithm>
+#include <optional>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_gemm.h"
@@ -108,26 +109,39 @@ void matmul_typed(const View& a, const View& b, const View& c) {
   }
 }
 
+// The one stride that steps through all of v's batch dims (those before the last two) in
+// c's row-major order of them, 0 where v is the same matrix for every item; nullopt where no
+// single stride does (a view broadcast along some batch dims and not others, or gathered).
+std::optional<int64_t> batch_stride(const View& v, const View& c) {
+  std::optional<int64_t> stride;
+  int64_t inner = 1;  // items spanned by the dims after d
+  for (size_t d = c.sizes.size() - 2; d-- > 0;) {
+    if (c.sizes[d] == 1) continue;
+    if (!stride) {
+      stride = v.strides[d];
+    } else if (v.strides[d] != *stride * inner) {
+      return std::nullopt;
+    }
+    inner *= c.sizes[d];
+  }
+  return stride.value_or(0);
+}
+
 // bfloat16 products multiplied in bfloat16 with float32 sums where the CPU can
-// (cpu_gemm_bf16_native()): one product after another, each on the library's threads. False,
-// nothing written, where it can't; the caller then widens to float32.
+// (cpu_gemm_bf16_native()), a whole batch in one call. False, nothing written, where it can't
+// or the batch dims do not collapse into one; the caller then widens to float32.
 bool matmul_bf16_native(const View& a, const View& b, const View& c) {
   if (a.dtype != kBFloat16 || b.dtype != kBFloat16 || c.dtype != kBFloat16) return false;
   const Product p = product_of(a, b, c);
   if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return false;  // nothing to multiply
-  const auto* ap = static_cast<const bfloat16*>(a.data);
-  const auto* bp = static_cast<const bfloat16*>(b.data);
-  auto* cp = static_cast<bfloat16*>(c.data);
-  for (int64_t bi = 0; bi < p.batch; ++bi) {
-    const Offsets o = offsets_of(a, b, c, bi);
-    // Every item has the first's dims and strides: if oneDNN takes one, it takes them all.
-    if (!library_gemm(!p.ra, !p.rb, p.m, p.n, p.k, ap + o.a, p.lda, bp + o.b, p.ldb, cp + o.c,
-                      p.ldc)) {
-      TG_CHECK(bi == 0, "matmul", "internal: oneDNN took the first bfloat16 product only");
-      return false;
-    }
-  }
-  return true;
+  const std::optional<int64_t> sa = batch_stride(a, c), sb = batch_stride(b, c),
+                               sc = batch_stride(c, c);
+  if (!sa || !sb || !sc || (p.batch > 1 && *sc == 0)) return false;
+  // A row-major operand is read as is, a column-major one as the transpose of a row-major one.
+  return library_gemm_bf16(p.batch, p.m, p.n, p.k,
+                           {static_cast<const bfloat16*>(a.data), p.lda, *sa, !p.ra},
+                           {static_cast<const bfloat16*>(b.data), p.ldb, *sb, !p.rb},
+                           static_cast<bfloat16*>(c.data), p.ldc, *sc);
 }
 
 // The rows [r0, r0 + rows) of a 2-D view.
