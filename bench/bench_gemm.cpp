@@ -16,6 +16,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -183,6 +184,18 @@ int main(int argc, char** argv) {
       const double bf16 = gflop / median_ms([&] { tg::matmul(a16, b16); }, 15);
       std::printf("| %s (%d x %d x %d) | %.0f | %.0f | %.2f |\n", s.what, s.m, s.n, s.k, f32, bf16,
                   bf16 / f32);
+    }
+    // Batches of small products (attention-sized), where per-call overheads show.
+    for (const auto& [batch, m, k, n] : {std::array<int64_t, 4>{128, 128, 64, 128},
+                                         std::array<int64_t, 4>{512, 32, 32, 32}}) {
+      const tg::Tensor a = tg::randn({batch, m, k}), b = tg::randn({batch, k, n});
+      const tg::Tensor a16 = a.to(tg::kBFloat16), b16 = b.to(tg::kBFloat16);
+      const double gflop = 2.0 * static_cast<double>(batch * m * n * k) * 1e-6;
+      const double f32 = gflop / median_ms([&] { tg::matmul(a, b); }, 15);
+      const double bf16 = gflop / median_ms([&] { tg::matmul(a16, b16); }, 15);
+      std::printf("| batch of %ld (%ld x %ld x %ld) | %.0f | %.0f | %.2f |\n",
+                  static_cast<long>(batch), static_cast<long>(m), static_cast<long>(n),
+                  static_cast<long>(k), f32, bf16, bf16 / f32);
     }
 
     set_threads(1);
