@@ -301,8 +301,9 @@ TEST_CASE("bfloat16 matmul at every layout: within float32's error, on both CPU 
     const Tensor bt = tgtest::rnd({3, 29, 70}, 44).to(kBFloat16).transpose(1, 2);
     const Tensor a_padded = tgtest::rnd({3, 37, 80}, 45).to(kBFloat16).narrow(2, 0, 70);
     const Tensor b_shared = tgtest::rnd({70, 29}, 46).to(kBFloat16);
-    for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
+    for (const auto& xy : std::vector<std::pair<Tensor, Tensor>>{
              {a, b}, {at, b}, {a, bt}, {at, bt}, {a_padded, b}, {a, b_shared}}) {
+      const Tensor &x = xy.first, &y = xy.second;  // not a binding: CAPTURE's lambda reads them
       CAPTURE(x.strides());
       CAPTURE(y.strides());
       const Tensor got = matmul(x, y);
@@ -319,8 +320,9 @@ TEST_CASE("bfloat16 matmul at every layout: within float32's error, on both CPU 
     const Tensor b_all = tgtest::rnd({1, 1, 70, 29}, 51).to(kBFloat16);
     const Tensor b_dim1 = tgtest::rnd({1, 3, 70, 29}, 52).to(kBFloat16);
     const Tensor a_permuted = tgtest::rnd({3, 2, 37, 70}, 53).to(kBFloat16).transpose(0, 1);
-    for (const auto& [x, y] : std::vector<std::pair<Tensor, Tensor>>{
+    for (const auto& xy : std::vector<std::pair<Tensor, Tensor>>{
              {a4, b4}, {at4, b4}, {at4, b_all}, {a4, b_dim1}, {a_permuted, b4}}) {
+      const Tensor &x = xy.first, &y = xy.second;  // not a binding: CAPTURE's lambda reads them
       CAPTURE(x.strides());
       CAPTURE(y.strides());
       const Tensor got = matmul(x, y);
