@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
                   bf16 / f32);
     }
     // Batches of small products (attention-sized), where per-call overheads show.
-    for (const auto& [batch, m, k, n] : {std::array<int64_t, 4>{128, 128, 64, 128},
-                                         std::array<int64_t, 4>{512, 32, 32, 32}}) {
+    for (const auto& [batch, m, k, n] :
+         {std::array<int64_t, 4>{128, 128, 64, 128}, std::array<int64_t, 4>{512, 32, 32, 32}}) {
       const tg::Tensor a = tg::randn({batch, m, k}), b = tg::randn({batch, k, n});
       const tg::Tensor a16 = a.to(tg::kBFloat16), b16 = b.to(tg::kBFloat16);
       const double gflop = 2.0 * static_cast<double>(batch * m * n * k) * 1e-6;

@@ -23,11 +23,11 @@ struct Bf16Matrices {
   int64_t stride = 0;
   bool t = false;
 };
-// C_i = op(A_i) op(B_i) for i < batch, in one call: multiplied in bfloat16 with float32 sums and
+// C_i = op(A_i) op(B_i) for i < batch, each C_i row-major with row stride ldc and stride_c
+// elements after the one before, in one call: multiplied in bfloat16 with float32 sums and
 // rounded once, by oneDNN's matmul where the chosen engine is oneDNN and the CPU has bfloat16
 // instructions (cpu_gemm_bf16_native()). Returns false, touching nothing, elsewhere or when
 // oneDNN refuses the layout; the caller then converts to float32.
-// C_i is row-major with row stride ldc, stride_c elements after C_(i-1).
 bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Matrices& a,
                        const Bf16Matrices& b, bfloat16* c, int64_t ldc, int64_t stride_c);
 

@@ -1,8 +1,8 @@
 // Batched GEMM over our buffers: the library cpu_gemm() names (oneDNN or OpenBLAS, see
-// cpu_gemm.cpp), else Eigen maps; 16-bit products in bfloat16 through oneDNN where the CPU
-// multiplies bfloat16 natively, else in float32 on widened copies. Many small matrices: one thread
-// each (all of them run single-threaded inside an OpenMP region); few large ones: the library's own
-// threads, drawn from the same OpenMP pool.
+// cpu_gemm.cpp), else Eigen maps. Many small matrices: one thread each (all of them run
+// single-threaded inside an OpenMP region); few large ones: the library's own threads, drawn
+// from the same OpenMP pool. 16-bit products multiply in bfloat16 through oneDNN where the CPU
+// can (a whole batch in one call), else in float32 on widened copies.
 #include <Eigen/Core>
 #include <algorithm>
 #include <optional>
