@@ -9,10 +9,7 @@ a=$1
 b=$2
 rounds=${3:-8}
 steps=${4:-20}
-export OMP_NUM_THREADS=1
-if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+. "$(dirname "$0")/mpi_env.sh"
 pick() { awk '$1 == "samples_per_s" { s = $2 } $1 == "backward_ms" { b = $2 } END { print s, b }'; }
 i=0
 while [ "$i" -lt "$rounds" ]; do

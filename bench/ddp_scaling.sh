@@ -8,10 +8,7 @@ set -eu
 bin=$1
 n=${2:-2}
 steps=${3:-10}
-export OMP_NUM_THREADS=1
-if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+. "$(dirname "$0")/mpi_env.sh"
 one=$("$bin" "$steps")
 many=$(mpirun --oversubscribe -np "$n" "$bin" "$steps")
 alone=$(mpirun --oversubscribe -np "$n" "$bin" "$steps" 0 0)

@@ -265,17 +265,15 @@ void check_all_reduce(const char* op_name, const Tensor& t, ReduceOp op) {
            op == ReduceOp::Sum ? "Sum" : "Mean");
 }
 
-// 16-bit tensors travel and are summed as float32.
-DType wire_dtype(DType dt) { return dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt; }
-
 detail::HostReduce host_reduce(ReduceOp op) {
   return op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum;
 }
 
 // What the engine reduces for t: t itself when it is already a contiguous host buffer in the
-// wire's dtype (gradient buckets), else a private host copy.
+// wire's dtype (gradient buckets), else a private host copy. 16-bit tensors travel and are
+// summed as float32, their compute dtype.
 Tensor reduction_buffer(const Tensor& t) {
-  const DType wire = wire_dtype(t.dtype());
+  const DType wire = compute_dtype(t.dtype());
   if (t.device() == kCPU && t.is_contiguous() && t.dtype() == wire) return t;
   return host_copy(t, wire);
 }

@@ -27,6 +27,15 @@ void check(int code, const char* what) {
 
 MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Max ? MPI_MAX : MPI_SUM; }
 
+// fn(piece, n) over `count` elements of dtype at data, in pieces of at most kChunk elements.
+template <class F>
+void for_each_chunk(void* data, int64_t count, DType dtype, F&& fn) {
+  auto* bytes = static_cast<char*>(data);
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t at = 0; at < count; at += kChunk)
+    fn(bytes + at * size, static_cast<int>(std::min(kChunk, count - at)));
+}
+
 // The pieces of one nonblocking collective (one per kChunk elements). MPI_Testall frees them
 // once all are done; until then the destructor waits, so no buffer is freed under MPI.
 // NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker): completed by MPI_Testall or MPI_Waitall
@@ -100,28 +109,20 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   void all_reduce(void* data, int64_t count, DType dtype, HostReduce op) override {
-    const MPI_Datatype type = mpi_type(dtype);
-    auto* bytes = static_cast<char*>(data);
-    const int64_t size = static_cast<int64_t>(dtype_size(dtype));
-    for (int64_t at = 0; at < count; at += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, count - at));
-      check(MPI_Allreduce(MPI_IN_PLACE, bytes + at * size, n, type, mpi_op(op), comm_),
+    for_each_chunk(data, count, dtype, [&](void* piece, int n) {
+      check(MPI_Allreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_),
             "MPI_Allreduce");
-    }
+    });
   }
   std::unique_ptr<Request> start_all_reduce(void* data, int64_t count, DType dtype, HostReduce op,
                                             Channel channel) override {
-    const MPI_Datatype type = mpi_type(dtype);
-    auto* bytes = static_cast<char*>(data);
-    const int64_t size = static_cast<int64_t>(dtype_size(dtype));
     auto request = std::make_unique<MpiRequest>();
-    for (int64_t at = 0; at < count; at += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, count - at));
+    for_each_chunk(data, count, dtype, [&](void* piece, int n) {
       MPI_Request& r = request->pieces.emplace_back(MPI_REQUEST_NULL);
-      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + at * size, n, type, mpi_op(op),
+      check(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op),
                            channel == Channel::Data ? data_comm_ : comm_, &r),
             "MPI_Iallreduce");
-    }
+    });
     return request;
   }
   void broadcast(void* data, int64_t bytes, int root) override {

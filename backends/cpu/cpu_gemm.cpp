@@ -184,16 +184,13 @@ struct OneDnnStream {
 };
 
 // `count` row-major (rows x cols) bfloat16 matrices `stride` elements apart (count 1: one
-// matrix for every item of the batch), each with row stride ld, or their transposes when t.
-dnnl_memory_desc_t bf16_matrices(int64_t count, int64_t stride, int64_t rows, int64_t cols,
-                                 int64_t ld, bool t) {
-  dnnl_memory_desc_t md;
+// matrix for every item of the batch), each with row stride ld, or their transposes when t;
+// false where oneDNN refuses the strides.
+bool bf16_matrices(dnnl_memory_desc_t& md, int64_t count, int64_t stride, int64_t rows,
+                   int64_t cols, int64_t ld, bool t) {
   dnnl_dims_t dims = {count, rows, cols};
   dnnl_dims_t strides = {count == 1 ? rows * cols : stride, t ? 1 : ld, t ? ld : 1};
-  const dnnl_status_t st = dnnl_memory_desc_init_by_strides(&md, 3, dims, dnnl_bf16, strides);
-  TG_CHECK(st == dnnl_success, "matmul", "oneDNN refused ", count, " bfloat16 matrices of ", rows,
-           " x ", cols, " (status ", static_cast<int>(st), ")");
-  return md;
+  return dnnl_memory_desc_init_by_strides(&md, 3, dims, dnnl_bf16, strides) == dnnl_success;
 }
 
 // Owns what dnnl_*_create made, destroying it on every way out.
@@ -216,15 +213,16 @@ bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf1
 #ifdef TAPEGRAD_ONEDNN
   if (!cpu_gemm_bf16_native()) return false;
   // A stride of 0 is one matrix for the whole batch: oneDNN broadcasts a batch dim of 1.
-  auto md = [batch](const Bf16Matrices& x, int64_t rows, int64_t cols) {
-    return bf16_matrices(x.stride == 0 ? 1 : batch, x.stride, rows, cols,
+  auto md = [batch](dnnl_memory_desc_t& out, const Bf16Matrices& x, int64_t rows, int64_t cols) {
+    return bf16_matrices(out, x.stride == 0 ? 1 : batch, x.stride, rows, cols,
                          std::max<int64_t>(x.ld, 1), x.t);
   };
   // op(A) is m x k: A itself is (k x m) row-major when transposed, read through swapped strides.
-  const dnnl_memory_desc_t amd = md(a, m, k), bmd = md(b, k, n);
-  const dnnl_memory_desc_t cmd = md({c, ldc, stride_c, false}, m, n);
+  dnnl_memory_desc_t amd, bmd, cmd;
   dnnl_matmul_desc_t desc;
-  if (dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success) return false;
+  if (!md(amd, a, m, k) || !md(bmd, b, k, n) || !md(cmd, {c, ldc, stride_c, false}, m, n) ||
+      dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success)
+    return false;
   // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
   // about a microsecond, so nothing is cached here.
   Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
