@@ -24,4 +24,12 @@ void cuda_empty_cache();
 // (NaN as float32 and float64), so a kernel that leaves an output element unwritten shows.
 void cuda_poison_allocations(bool on);
 
+// Whether bfloat16 and float16 SDPA runs the tensor-core kernels (mma.sync, float32 sums and
+// statistics; compute capability 8.0 and later, head dims up to 256 forward and 128 backward)
+// instead of the float32 kernels on widened copies. Off unless the environment variable
+// TAPEGRAD_CUDA_SDPA_TENSOR_CORES is "1": the kernels are compiled and their structure
+// checked, but they have not yet run on a device (docs/PERFORMANCE.md, "Tensor-core SDPA").
+bool cuda_sdpa_tensor_cores();
+void set_cuda_sdpa_tensor_cores(bool on);
+
 }  // namespace tg

@@ -18,5 +18,8 @@ void cuda_synchronize(int) { built_without_cuda(); }
 CudaMemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_empty_cache() {}
 void cuda_poison_allocations(bool) {}
+// Nothing to switch without CUDA: the setting reads as off.
+bool cuda_sdpa_tensor_cores() { return false; }
+void set_cuda_sdpa_tensor_cores(bool) {}
 
 }  // namespace tg

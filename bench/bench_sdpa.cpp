@@ -1,8 +1,10 @@
 // SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
 // same function composed from primitive ops), then peak memory at long sequences.
 //
-//   bench_sdpa [threads] [cpu|cuda|memory]      (or --device cuda)
-// On CUDA: the shapes of the SDPA-on-CUDA issue, each timed run ending with a device sync.
+//   bench_sdpa [threads] [cpu|cuda|memory] [--precision fp32|bf16|fp16]   (or --device cuda)
+// On CUDA: the shapes of the SDPA-on-CUDA and tensor-core issues (GQA and head dim 256
+// among them), each timed run ending with a device sync. --precision sets q, k, v's dtype;
+// on CUDA, TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 runs 16-bit inputs on the tensor cores.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".
@@ -22,6 +24,7 @@
 namespace {
 
 tg::Device g_device = tg::kCPU;
+tg::DType g_dtype = tg::kFloat32;
 
 double time_ms(const std::function<void()>& body, int reps) {
   auto fn = [&] {
@@ -48,10 +51,10 @@ struct Case {
 void run_case(const Case& c) {
   tg::Generator gen{1, 0};
   auto make = [&](int64_t H) {
-    return tg::randn({c.B, H, c.S, c.D}, gen).to(g_device).requires_grad_();
+    return tg::randn({c.B, H, c.S, c.D}, gen).to(g_dtype).to(g_device).requires_grad_();
   };
   tg::Tensor q = make(c.Hq), k = make(c.Hk), v = make(c.Hk);
-  tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen).to(g_device);
+  tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen).to(g_dtype).to(g_device);
   tg::SdpaOptions o;
   o.causal = c.causal;
   const int reps = c.S >= 1024 ? 3 : 5;
@@ -113,11 +116,14 @@ int main(int argc, char** argv) {
         bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory"});
     tg::set_num_threads(args.number(0, "threads", 2));
     bench::print_machine();
+    g_dtype = args.precision_dtype();
     if (args.device == "cuda") {
       g_device = tg::kCUDA;
       for (bool causal : {false, true}) {
         run_case({4, 16, 16, 2048, 64, causal});
         run_case({1, 8, 8, 8192, 128, causal});
+        run_case({2, 16, 16, 2048, 256, causal});
+        run_case({4, 32, 8, 2048, 128, causal});  // GQA, 4 query heads per key/value head
       }
       return 0;
     }

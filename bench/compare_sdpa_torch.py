@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Runs bench_sdpa and PyTorch's scaled_dot_product_attention (its fused kernel, and the
-unfused math path) on the same shapes, device and thread count; prints a table with the
-ratios. On the CPU the fused kernel is PyTorch's flash kernel; on CUDA in float32 it is the
-memory-efficient kernel (flash needs 16-bit inputs there).
+unfused math path) on the same shapes, device, dtype and thread count; prints a table with the
+ratios. On the CPU the fused kernel is PyTorch's flash kernel; on CUDA it is FlashAttention-2
+for bfloat16 / float16 and the memory-efficient kernel for float32 (flash needs 16-bit inputs
+there).
 
-    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda]
+    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda] \
+        [--precision fp32|bf16|fp16]
 
+On CUDA, TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 in the environment runs tapegrad's 16-bit SDPA on
+the tensor cores. PyTorch is the yardstick only (pip install torch in a virtual environment).
+"""
 PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
 import subprocess
@@ -17,11 +22,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bench_util import median_ms, split_machine
 
 
-def torch_times(b, hq, hk, s, d, causal, backend, device):
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_times(b, hq, hk, s, d, causal, backend, device, dtype):
     g = torch.Generator().manual_seed(1)
 
     def randn(*shape, grad=True):
-        return torch.randn(*shape, generator=g).to(device).requires_grad_(grad)
+        return torch.randn(*shape, generator=g).to(device, dtype).requires_grad_(grad)
 
     q, k, v = randn(b, hq, s, d), randn(b, hk, s, d), randn(b, hk, s, d)
     dout = randn(b, hq, s, d, grad=False)
@@ -44,16 +52,26 @@ def torch_times(b, hq, hk, s, d, causal, backend, device):
 
 
 def main():
-    exe = sys.argv[1]
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
-    fused = SDPBackend.EFFICIENT_ATTENTION if device == "cuda" else SDPBackend.FLASH_ATTENTION
+    args = sys.argv[1:]
+    precision = "fp32"
+    if "--precision" in args:
+        i = args.index("--precision")
+        precision = args[i + 1]
+        del args[i:i + 2]
+    if precision not in DTYPES:
+        sys.exit(f"--precision: expected fp32, bf16 or fp16, got '{precision}'")
+    exe = args[0]
+    threads = int(args[1]) if len(args) > 1 else 2
+    device = args[2] if len(args) > 2 else "cpu"
+    dtype = DTYPES[precision]
+    fused = (SDPBackend.EFFICIENT_ATTENTION if device == "cuda" and precision == "fp32"
+             else SDPBackend.FLASH_ATTENTION)
     torch.set_num_threads(threads)
-    out = subprocess.run([exe, str(threads), device], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
+                         capture_output=True, text=True).stdout
     header, lines = split_machine(out, threads)
     print(header)
-    print(f"torch {torch.__version__}, {device}, {threads} threads, float32; "
+    print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; "
           "times are medians in ms")
     print(f"| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch {fused.name} fwd+bwd | "
           "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
@@ -68,8 +86,8 @@ def main():
         parts = name.split("_")
         b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
         causal = name.endswith("causal")
-        _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device)
-        _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device)
+        _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device, dtype)
+        _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device, dtype)
         print(f"| {name} | {fwd:.2f} | {gf:.1f} | {fb:.2f} | {gfb:.1f} | {flash_fb:.2f} | "
               f"{flash_fb / fb:.2f} | {math_fb:.2f} | {math_fb / fb:.2f} | {rfb:.2f} |")
     for _, s, peak, rss in mem:

@@ -3,17 +3,20 @@
 # run the `cuda` test label, then the GPU benchmarks. For machines without package access
 # (the lent GPU machines), header-only dependencies may come in a .deps/usr tree copied from
 # a Debian machine: they are installed into /usr first when present.
-#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|ragged|profile|all]
+#   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|mma|ragged|profile|all]
 # test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
-# against PyTorch; ragged: packed against padded training and paged against contiguous
-# decoding on the GPU; profile: Nsight Compute on one forward and one backward of the tiled
-# SDPA kernels (first benchmark case); all: test, bench, sdpa and ragged.
+# against PyTorch; mma: the tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16
+# and float16 with the tensor-core kernels on, against PyTorch's FlashAttention-2; ragged:
+# packed against padded training and paged against contiguous decoding on the GPU; profile:
+# Nsight Compute on one forward and one backward of the SDPA kernels (first benchmark case;
+# PRECISION=bf16 with TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 for the tensor-core ones); all: test,
+# bench, sdpa, mma and ragged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/gpu}
 what=${2:-all}
-case "$what" in test | bench | sdpa | ragged | profile | all) ;; *)
-  echo "gpu_check.sh: what: expected test, bench, sdpa, ragged, profile or all, got '$what'" >&2
+case "$what" in test | bench | sdpa | mma | ragged | profile | all) ;; *)
+  echo "gpu_check.sh: what: expected test, bench, sdpa, mma, ragged, profile or all, got '$what'" >&2
   exit 2 ;;
 esac
 if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
@@ -32,6 +35,13 @@ fi
 if [ "$what" = sdpa ] || [ "$what" = all ]; then
   python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda || status=1
 fi
+if [ "$what" = mma ] || [ "$what" = all ]; then
+  "$build/tests/test_cuda" -tc='*tensor cores*' || status=1  # the cases turn the kernels on
+  for p in bf16 fp16; do
+    TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 python3 bench/compare_sdpa_torch.py \
+      "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
+  done
+fi
 if [ "$what" = ragged ] || [ "$what" = all ]; then
   "$build/bench/bench_packed" 8 7 128 cuda || status=1
   "$build/bench/bench_paged" 8 5 32 96 8 cuda || status=1
@@ -43,6 +53,6 @@ if [ "$what" = profile ]; then
     --launch-skip 3 --launch-count 4 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section InstructionStats \
-    "$build/bench/bench_sdpa" 8 cuda || status=1
+    "$build/bench/bench_sdpa" 8 cuda --precision "${PRECISION:-fp32}" || status=1
 fi
 exit $status

@@ -127,6 +127,44 @@ TEST_CASE("ragged sdpa: CUDA against CPU over random configurations, outputs poi
   CHECK(several_tiles > 10);
 }
 
+TEST_CASE("ragged and paged sdpa on the tensor cores: 16-bit against the CPU") {
+  // The tensor-core kernels (bfloat16, float16) at each sequence's own rows and, for
+  // sdpa_paged, keys read through the block table in place; tolerances as in
+  // test_cuda_sdpa_mma.cpp (P and dS rounded to 16 bits before their products), here per
+  // element with an absolute floor: 4u for the forward, 8u for the gradients.
+  const bool was = cuda_sdpa_tensor_cores();
+  set_cuda_sdpa_tensor_cores(true);
+  std::mt19937_64 rng(2029);
+  for (int n = 0; n < 30; ++n) {
+    const RaggedConfig c = random_config(rng);
+    const RaggedCall call = make_call(c, 9000 + static_cast<uint64_t>(n) * 10);
+    INFO("config " << n << ": " << c.describe());
+    const DType dt = n % 2 ? kFloat16 : kBFloat16;
+    const double u = dt == kBFloat16 ? 0x1p-8 : 0x1p-11;
+    compare_devices(c, call, dt, 4 * u, 8 * u);
+  }
+  // Two sequences of 9 and 70 keys in blocks of 16 of a shuffled pool, 1 and 3 new queries.
+  const int64_t block = 16, blocks = 8, pages = 5, Hq = 4, Hk = 2, D = 64;
+  const std::vector<int64_t> table{6, -1, -1, -1, -1, 3, 0, 7, 2, 5}, lengths{9, 70};
+  const Tensor k_pool = tgtest::rnd({blocks, block, Hk, D}, 1).to(kBFloat16);
+  const Tensor v_pool = tgtest::rnd({blocks, block, Hk, D}, 2).to(kBFloat16);
+  const Tensor q = tgtest::rnd({4, Hq, D}, 3).to(kBFloat16);
+  const Tensor t = from_vector(table, {2, pages}), len = from_vector(lengths, {2});
+  SdpaOptions o;
+  o.causal = true;
+  o.causal_align = CausalAlign::BottomRight;
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 1, 4}, {3});
+  SdpaOptions og = o;
+  og.cu_seqlens_q = o.cu_seqlens_q->to(kCUDA);
+  const SdpaResult want = sdpa_paged(q, k_pool, v_pool, t, len, o);
+  NoGradGuard no_grad;  // the in-place read (SdpaParams::kv_rows)
+  const SdpaResult got =
+      sdpa_paged(q.to(kCUDA), k_pool.to(kCUDA), v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+  compare("paged out, in place", want.out, got.out, 0x1p-6);
+  compare("paged stats, in place", want.stats, got.stats, 1e-5);
+  set_cuda_sdpa_tensor_cores(was);
+}
+
 TEST_CASE("sdpa_paged on CUDA: blocks read in place and gathered, as the CPU reads them") {
   // Three sequences of 0, 5 and 37 keys in blocks of 4 placed in a shuffled pool; ragged
   // queries (1, 3 and 2 new rows), causal bottom-right, GQA, ALiBi.

@@ -7,6 +7,9 @@
 // and the ragged layout (the grid covers the longest sequence; the rows past a sequence's own
 // return at once); nothing of size Sq x Skv is held, no atomics, so the backward is
 // deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -26,16 +29,16 @@ void strides4(const View& v, int64_t* out) {
 
 }  // namespace
 
-template <class T>
-Args<T> make_args(const SdpaParams& p) {
-  Args<T> a{};
-  a.q = static_cast<const T*>(p.q.data);
-  a.k = static_cast<const T*>(p.k.data);
-  a.v = static_cast<const T*>(p.v.data);
+template <class T, class S>
+Args<T, S> make_args(const SdpaParams& p) {
+  Args<T, S> a{};
+  a.q = static_cast<const S*>(p.q.data);
+  a.k = static_cast<const S*>(p.k.data);
+  a.v = static_cast<const S*>(p.v.data);
   strides4(p.q, a.qs);
   strides4(p.k, a.ks);
   strides4(p.v, a.vs);
-  a.out = static_cast<T*>(p.out.data);
+  a.out = static_cast<S*>(p.out.data);
   a.o = a.out;
   strides4(p.out, a.outs);
   strides4(p.out, a.os);
@@ -65,13 +68,13 @@ Args<T> make_args(const SdpaParams& p) {
   return a;
 }
 
-template <class T>
-void set_grad_args(Args<T>& a, const View& dout, const SdpaGradViews& g) {
-  a.dout = static_cast<const T*>(dout.data);
+template <class T, class S>
+void set_grad_args(Args<T, S>& a, const View& dout, const SdpaGradViews& g) {
+  a.dout = static_cast<const S*>(dout.data);
   strides4(dout, a.dos);
-  a.dq = static_cast<T*>(g.dq.data);
-  a.dk = static_cast<T*>(g.dk.data);
-  a.dv = static_cast<T*>(g.dv.data);
+  a.dq = static_cast<S*>(g.dq.data);
+  a.dk = static_cast<S*>(g.dk.data);
+  a.dv = static_cast<S*>(g.dv.data);
   strides4(g.dq, a.dqs);
   strides4(g.dk, a.dks);
   strides4(g.dv, a.dvs);
@@ -80,8 +83,12 @@ void set_grad_args(Args<T>& a, const View& dout, const SdpaGradViews& g) {
 
 template Args<float> make_args<float>(const SdpaParams&);
 template Args<double> make_args<double>(const SdpaParams&);
-template void set_grad_args<float>(Args<float>&, const View&, const SdpaGradViews&);
-template void set_grad_args<double>(Args<double>&, const View&, const SdpaGradViews&);
+template Args<float, __nv_bfloat16> make_args<float, __nv_bfloat16>(const SdpaParams&);
+template Args<float, __half> make_args<float, __half>(const SdpaParams&);
+template void set_grad_args(Args<float>&, const View&, const SdpaGradViews&);
+template void set_grad_args(Args<double>&, const View&, const SdpaGradViews&);
+template void set_grad_args(Args<float, __nv_bfloat16>&, const View&, const SdpaGradViews&);
+template void set_grad_args(Args<float, __half>&, const View&, const SdpaGradViews&);
 
 namespace {
 
@@ -366,6 +373,7 @@ void backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
 }  // namespace
 
 void CudaBackend::sdpa_forward(const SdpaParams& p) {
+  if (sdpa_mma_forward(device, p)) return;
   if (half_kernels::sdpa_forward(*this, here(), p)) return;
   if (p.q.dtype == kFloat64) {
     forward_typed<double>(device, p);
@@ -375,6 +383,7 @@ void CudaBackend::sdpa_forward(const SdpaParams& p) {
 }
 
 void CudaBackend::sdpa_backward(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  if (sdpa_mma_backward(device, p, dout, g)) return;
   if (half_kernels::sdpa_backward(*this, here(), p, dout, g)) return;
   if (p.q.dtype == kFloat64) {
     backward_typed<double>(device, p, dout, g);

@@ -5,17 +5,22 @@
 #include <limits>
 
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/scalar_ops.h"
 #include "backends/sdpa_params.h"
 
 namespace tg::cuda {
 
 // The row views are (B, H, S, D) at any strides; in the ragged layout (SdpaParams) their batch
 // stride is 0, S is the longest sequence, and sequence b's rows start at seq(b).q0 / kv0.
-template <class T>
+// T is the arithmetic's type (scalars, statistics, delta, the score gradient); S the rows'
+// and the float mask's storage type: T itself, or bfloat16 / float16 with T = float for the
+// tensor-core kernels.
+template <class T, class S = T>
 struct Args {
-  const T *q, *k, *v, *o, *dout;
+  const S *q, *k, *v, *o, *dout;
   int64_t qs[4], ks[4], vs[4], os[4], dos[4];
-  T *out, *stats, *delta, *dq, *dk, *dv, *dscores;
+  S *out, *dq, *dk, *dv;
+  T *stats, *delta, *dscores;
   int64_t outs[4], sts[4], dqs[4], dks[4], dvs[4];
   const void* mask;
   bool mask_bool;
@@ -61,7 +66,7 @@ struct Args {
       if (mask_bool) {
         if (!static_cast<const bool*>(mask)[off]) return ninf;
       } else {
-        v += static_cast<const T*>(mask)[off];
+        v += static_cast<T>(static_cast<const S*>(mask)[off]);
       }
     }
     return v;
@@ -90,16 +95,74 @@ __device__ __forceinline__ int64_t at4(const int64_t* st, int64_t a, int64_t b, 
   return a * st[0] + b * st[1] + c * st[2] + d * st[3];
 }
 
-template <class T>
-Args<T> make_args(const SdpaParams& p);
+// The keys [lo, hi) that causal, window and padding leave visible to some row of the query
+// tile [i0, i0 + tile) of sequence sq.
+template <class T, class S>
+__device__ __forceinline__ void key_range(const Args<T, S>& a, const SdpaSequence& sq, int64_t i0,
+                                          int64_t tile, int64_t& lo, int64_t& hi) {
+  const int64_t rows = min(tile, sq.rows_q - i0);
+  const IndexRange r = sdpa_key_range(a.causal, a.window, i0 + sq.shift, i0 + rows - 1 + sq.shift,
+                                      i0 < sq.len_q ? sq.len_kv : 0);
+  lo = r.lo;
+  hi = r.hi < r.lo ? r.lo : r.hi;
+}
+
+// The gradient of one score from its recomputed parts (float arithmetic): returns dS
+// (softcap's factor applied) and sets *pd to the probability as the forward used it (after
+// dropout), *ds_raw to dS before softcap's factor (the float mask's gradient).
+template <class S>
+__device__ __forceinline__ float score_grad(const Args<float, S>& a, int64_t b, int64_t h,
+                                            int64_t i, int64_t j, bool valid, float dot, float dp,
+                                            float lse, float delta, float slope,
+                                            const SdpaSequence& sq, float* pd, float* ds_raw) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  float t = 0;
+  const float s = valid ? a.score(b, h, i, j, dot, slope, sq, &t) : ninf;
+  const float p = s == ninf || lse == ninf ? 0.0f : scalar::exp_f32(s - lse);
+  *pd = p;
+  if (a.dropout_p > 0 && p != 0.0f) {
+    const bool kept = a.keep(b, h, i, j);
+    *pd = kept ? p * a.keep_scale : 0.0f;
+    dp = kept ? dp * a.keep_scale : 0.0f;
+  }
+  float ds = p * (dp - delta);
+  *ds_raw = ds;
+  if (a.softcap > 0) ds *= sdpa_softcap_grad(t);
+  return ds;
+}
+
+// D = rowsum(dO * O) of padded query row `row` of (B, Hq, Sq) into a.delta, by one warp (the
+// backward's first pass; rows past a ragged sequence's own are skipped).
+template <class S>
+__device__ __forceinline__ void delta_row(const Args<float, S>& a, int64_t row, int lane) {
+  if (row >= a.B * a.Hq * a.Sq) return;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i >= sq.rows_q) return;
+  float acc = 0;
+  for (int64_t d = lane; d < a.Dv; d += 32)
+    acc += static_cast<float>(a.dout[at4(a.dos, b, h, sq.q0 + i, d)]) *
+           static_cast<float>(a.o[at4(a.os, b, h, sq.q0 + i, d)]);
+  acc = warp_sum(acc);
+  if (lane == 0) a.delta[row] = acc;
+}
+
+template <class T, class S = T>
+Args<T, S> make_args(const SdpaParams& p);
 // The backward's extra pointers (dout, the gradients, the score gradient).
-template <class T>
-void set_grad_args(Args<T>& a, const View& dout, const SdpaGradViews& g);
+template <class T, class S>
+void set_grad_args(Args<T, S>& a, const View& dout, const SdpaGradViews& g);
 
 // The tiled kernels (float32, head dims up to 128); false when they do not apply and the
 // simple kernels should run. `delta` holds rowsum(dO * O) per query row for the backward,
 // indexed as the padded (B, Hq, Sq) rows in either layout.
 bool sdpa_flash_forward(int device, const Args<float>& a);
 bool sdpa_flash_backward(int device, const Args<float>& a);
+
+// The tensor-core kernels (cuda_sdpa_mma.cu) for bfloat16 and float16 rows on devices of
+// compute capability 8.0 and later, head dims up to 256 forward and 128 backward, while
+// cuda_sdpa_tensor_cores() is on; false when they do not apply (nothing was run).
+bool sdpa_mma_forward(int device, const SdpaParams& p);
+bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g);
 
 }  // namespace tg::cuda

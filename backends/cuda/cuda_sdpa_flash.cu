@@ -93,17 +93,6 @@ __device__ __forceinline__ float half_warp_sum(float v) {
   return v;
 }
 
-// The keys [lo, hi) that causal, window and padding leave visible to some row of the query
-// tile [i0, i0 + kB) of sequence sq.
-__device__ __forceinline__ void key_range(const Args<float>& a, const SdpaSequence& sq, int64_t i0,
-                                          int64_t& lo, int64_t& hi) {
-  const int64_t rows = min(static_cast<int64_t>(kB), sq.rows_q - i0);
-  const IndexRange r = sdpa_key_range(a.causal, a.window, i0 + sq.shift, i0 + rows - 1 + sq.shift,
-                                      i0 < sq.len_q ? sq.len_kv : 0);
-  lo = r.lo;
-  hi = r.hi < r.lo ? r.lo : r.hi;
-}
-
 template <int kD>
 __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
   extern __shared__ float smem[];
@@ -118,7 +107,7 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
   const float slope = a.slope_of(h);
   load_tile<kD>(Qs, a.q, a.qs, b, h, sq.q0 + i0, q_end, a.Dqk, a.scale);
   int64_t lo, hi;
-  key_range(a, sq, i0, lo, hi);
+  key_range(a, sq, i0, kB, lo, hi);
   float m[kR], l[kR], o[kR][kD / 16];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -191,38 +180,7 @@ __global__ void __launch_bounds__(kT) forward_kernel(Args<float> a) {
 
 // D = rowsum(dO * O) per query row, a warp per row.
 __global__ void delta_kernel(Args<float> a) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kT / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= a.B * a.Hq * a.Sq) return;
-  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
-  const SdpaSequence sq = a.seq(b);
-  if (i >= sq.rows_q) return;  // past a ragged sequence's rows
-  float acc = 0;
-  for (int64_t d = lane; d < a.Dv; d += 32)
-    acc += a.dout[at4(a.dos, b, h, sq.q0 + i, d)] * a.o[at4(a.os, b, h, sq.q0 + i, d)];
-  acc = warp_sum(acc);
-  if (lane == 0) a.delta[row] = acc;
-}
-
-// The gradient of one score from its recomputed parts: returns dS (softcap's factor applied)
-// and sets *pd to the probability as the forward used it (after dropout).
-__device__ __forceinline__ float score_grad(const Args<float>& a, int64_t b, int64_t h, int64_t i,
-                                            int64_t j, bool valid, float dot, float dp, float lse,
-                                            float delta, float slope, const SdpaSequence& sq,
-                                            float* pd, float* ds_raw) {
-  float t = 0;
-  const float s = valid ? a.score(b, h, i, j, dot, slope, sq, &t) : kNegInf;
-  const float p = s == kNegInf || lse == kNegInf ? 0.0f : scalar::exp_f32(s - lse);
-  *pd = p;
-  if (a.dropout_p > 0 && p != 0.0f) {
-    const bool kept = a.keep(b, h, i, j);
-    *pd = kept ? p * a.keep_scale : 0.0f;
-    dp = kept ? dp * a.keep_scale : 0.0f;
-  }
-  float ds = p * (dp - delta);
-  *ds_raw = ds;
-  if (a.softcap > 0) ds *= sdpa_softcap_grad(t);
-  return ds;
+  delta_row(a, static_cast<int64_t>(blockIdx.x) * (kT / 32) + threadIdx.x / 32, threadIdx.x % 32);
 }
 
 template <int kD>
@@ -318,7 +276,7 @@ __global__ void __launch_bounds__(kT) backward_dq_kernel(Args<float> a) {
     dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
   }
   int64_t lo, hi;
-  key_range(a, sq, i0, lo, hi);
+  key_range(a, sq, i0, kB, lo, hi);
   float dq[kR][kD / 16] = {};
   for (int64_t j0 = lo; j0 < hi; j0 += kB) {
     __syncthreads();

@@ -1,0 +1,116 @@
+// Tensor-core building blocks for sm_80 and later, as PTX: the warp-wide 16 x 8 x 16 product
+// (mma.sync, 16-bit inputs, float32 sums), ldmatrix (8 x 8 tiles of 16-bit values from shared
+// memory into the fragments mma expects) and cp.async (16-byte global -> shared copies that
+// run while the warp computes). The fragment layouts are PTX ISA's "Matrix fragments for
+// mma.m16n8k16"; with g = lane / 4 and t = lane % 4:
+//   A (16 x 16, row-major), four registers of two values: a0 row g, columns 2t, 2t + 1; a1 row
+//     g + 8, same columns; a2, a3 the same rows at columns 2t + 8, 2t + 9;
+//   B (16 x 8, k x n), two registers: b0 rows (k) 2t, 2t + 1 of column (n) g; b1 rows 2t + 8,
+//     2t + 9;
+//   C, D (16 x 8, float32): c0, c1 row g, columns 2t, 2t + 1; c2, c3 row g + 8.
+// So a C tile pair (columns 16 kk .. 16 kk + 15) is, rounded to 16 bits, the A fragment of
+// k-step kk of the next product: FlashAttention-2's P stays in registers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tg::cuda::mma {
+
+// The kernels that use these compile for sm_80 and sm_90 only (CMAKE_CUDA_ARCHITECTURES);
+// an older target compiles them to a trap, and the host never launches them there.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define TG_MMA_ARCH 1
+#else
+#define TG_MMA_ARCH 0
+#endif
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8 x 8 tiles of 16-bit values: lanes 8 m .. 8 m + 7 give the row addresses of tile m
+// (16-byte aligned), r[m] receives it as row g, columns 2t, 2t + 1 (with trans: column g, rows
+// 2t, 2t + 1).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#if TG_MMA_ARCH
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+#if TG_MMA_ARCH
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+#else
+  __trap();
+#endif
+}
+
+// d += A B for one 16 x 8 x 16 tile, S the 16-bit input type.
+template <class S>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+#if TG_MMA_ARCH
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<S, __half>, "mma_16816: bfloat16 or float16 inputs");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();
+#endif
+}
+
+// Two floats rounded to S and packed as one register, `lo` in the low half (the lower column).
+template <class S>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Copies 16 bytes from global to shared memory asynchronously; with !valid it writes 16 zero
+// bytes and reads nothing (src must still be a valid address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+#if TG_MMA_ARCH
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if TG_MMA_ARCH
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if TG_MMA_ARCH
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+}  // namespace tg::cuda::mma

@@ -1,0 +1,607 @@
+// SDPA on the tensor cores for bfloat16 and float16, in the manner of FlashAttention-2 (Dao,
+// 2023): 16-bit products with float32 sums (mma.sync m16n8k16, cuda_mma.cuh), float32
+// statistics, the option rules of DESIGN §4 applied to the score fragments in registers
+// through Args::score, the same per-element code as the CPU and the float32 kernels.
+//
+// A block is four warps. Forward and the backward's dQ pass: the block takes 64 query rows,
+// each warp 16 of them, and walks the visible key tiles; no softmax reduction crosses warps.
+// The dK/dV pass: the block takes 64 key rows, each warp 16, and walks the query tiles of
+// every query head of its group in order, so dK and dV are summed without atomics and the
+// backward is deterministic (dQ has its own pass: S and dP are recomputed there). The next
+// tile of the walked side is copied into shared memory with cp.async while this one is
+// multiplied; shared rows are padded by 16 bytes, so the eight rows an ldmatrix reads fall in
+// distinct banks. Rows whose strides do not allow 16-byte copies are loaded element by
+// element into the same layout.
+//
+// P (and dS) are rounded to the 16-bit type for the second product of each pair, as
+// FlashAttention-2 does; the row sums use the float32 values.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cuda/cuda_mma.cuh"
+#include "backends/cuda/cuda_sdpa_args.cuh"
+#include "backends/cuda_api.h"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps;  // a block's query rows (forward, dQ) or key rows (dK/dV)
+constexpr int kWalk = 64;           // rows of a walked tile, but for head dims above 128 ...
+template <int kD>
+constexpr int kForwardKeys = kD > 128 ? 32 : kWalk;  // ... whose forward walks 32 keys
+template <int kD>
+constexpr int kPitch = kD + 8;  // a shared row: 16 bytes more than kD values
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
+// of 8 elements, 16-byte aligned data, widths multiples of 8.
+struct Vectorized {
+  bool q = false, k = false, v = false, dout = false;
+};
+
+template <class S>
+__device__ __forceinline__ S to_16(float x) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return __float2half_rn(x);
+  }
+}
+
+// Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
+// st[3]) into `dst` (pitch kPitch<kD>), zeros from row `row_end` on and past column `width`;
+// with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads.
+template <class S, int kD, int kN>
+__device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
+                                          int64_t row_end, int64_t width, const int64_t* at,
+                                          bool vec) {
+  constexpr int kP = kPitch<kD>;
+  if (vec) {
+    constexpr int kChunks = kD / 8;
+    for (int idx = threadIdx.x; idx < kN * kChunks; idx += kBlockThreads) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      const int64_t row = row0 + r;
+      const bool valid = row < row_end && c * 8 < width;
+      const S* src = valid ? base + (at ? at[row] : row) * st[2] + c * 8 : base;
+      mma::cp_async_16(dst + r * kP + c * 8, src, valid);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kN * kD; idx += kBlockThreads) {
+      const int r = idx / kD, d = idx % kD;
+      const int64_t row = row0 + r;
+      S x = to_16<S>(0.0f);
+      if (row < row_end && d < width) x = base[(at ? at[row] : row) * st[2] + d * st[3]];
+      dst[r * kP + d] = x;
+    }
+  }
+}
+
+// acc (16 x kN, as kN / 8 C tiles) += A B^T for a warp: A its 16 rows of kD values (shared,
+// pitch kPitch<kD>), B kN rows of kD values. Both operands read by ldmatrix without transpose.
+template <class S, int kD, int kN>
+__device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN / 8][4]) {
+  constexpr int kP = kPitch<kD>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t af[4];
+    mma::ldmatrix_x4(af, A + (lane % 16) * kP + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
+      mma::ldmatrix_x4(
+          bf, B + (np * 16 + lane % 8 + 8 * (lane / 16)) * kP + kk * 16 + 8 * ((lane / 8) % 2));
+      mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
+      mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc (16 x kD, as kD / 8 C tiles) += P M for a warp: P its 16 x kN values as A fragments
+// (k-step kk covers columns 16 kk .. 16 kk + 15), M kN rows of kD values in shared memory, read
+// transposed by ldmatrix.
+template <class S, int kD, int kN>
+__device__ __forceinline__ void warp_pv(const uint32_t (&p)[kN / 16][4], const S* M,
+                                        float (&acc)[kD / 8][4]) {
+  constexpr int kP = kPitch<kD>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
+      mma::ldmatrix_x4_trans(
+          bf, M + (kk * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * kP + dp * 16 + 8 * (lane / 16));
+      mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
+      mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
+    }
+  }
+}
+
+// C tile nt's four values, rounded, into the A fragments of the next product (C tile nt is
+// half of k-step nt / 2).
+template <class S, int kN>
+__device__ __forceinline__ void to_a_fragment(uint32_t (&f)[kN / 16][4], int nt,
+                                              const float (&c)[4]) {
+  f[nt / 2][(nt % 2) * 2] = mma::pack2<S>(c[0], c[1]);
+  f[nt / 2][(nt % 2) * 2 + 1] = mma::pack2<S>(c[2], c[3]);
+}
+
+// A C tile's element e of a warp's lane: row g + 8 (e / 2), column 2t + (e % 2) of the tile.
+__device__ __forceinline__ int frag_row(int e) { return (threadIdx.x % 32) / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int frag_col(int nt, int e) {
+  return nt * 8 + 2 * (threadIdx.x % 4) + (e % 2);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Writes a warp's 16 x kD accumulator tile times `factor[r]` (per fragment row half) to rows
+// row0 + ... of a (b, h) slice, rows below `rows` and columns below `width` only.
+template <class S, int kD>
+__device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b, int64_t h,
+                                           int64_t first, int64_t row0, int64_t rows, int64_t width,
+                                           const float (&acc)[kD / 8][4],
+                                           const float (&factor)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = row0 + frag_row(e), d = frag_col(dt, e);
+      if (i < rows && d < width)
+        out[at4(st, b, h, first + i, d)] = to_16<S>(acc[dt][e] * factor[e / 2]);
+    }
+  }
+}
+
+template <class S, int kD>
+__global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kForwardKeys<kD>, kP = kPitch<kD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);
+  S* Ks = Qs + kRows * kP;  // two buffers of kN rows
+  S* Vs = Ks + 2 * kN * kP;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Sq + kRows - 1) / kRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
+  const int64_t hk = h / (a.Hq / a.Hk), kv_end = sq.kv0 + sq.rows_kv;
+  const float slope = a.slope_of(h);
+  const S* kbase = a.k + b * a.ks[0] + hk * a.ks[1];
+  const S* vbase = a.v + b * a.vs[0] + hk * a.vs[1];
+  load_rows<S, kD, kRows>(Qs, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0, sq.q0 + sq.rows_q,
+                          a.Dqk, nullptr, vec.q);
+  int64_t lo, hi;
+  key_range(a, sq, i0, kRows, lo, hi);
+  const auto load_kv = [&](int64_t j0, int buf) {
+    load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, a.kv_rows,
+                         vec.k);
+    load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, a.kv_rows,
+                         vec.v);
+  };
+  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
+  if (n_tiles > 0) load_kv(lo, 0);
+  mma::cp_async_commit();
+
+  const int64_t row_w = i0 + 16 * warp;  // this warp's first row
+  float o[kD / 8][4] = {};
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t j0 = lo + it * kN;
+    if (it + 1 < n_tiles) {
+      load_kv(j0 + kN, buf ^ 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    float s[kN / 8][4] = {};
+    warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
+        float t = 0, x = kNegInf;
+        if (i < sq.rows_q && j < hi) x = a.score(b, h, i, j, s[nt][e] * a.scale, slope, sq, &t);
+        s[nt][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      alpha[r] = m_new == kNegInf ? 1.0f : exp2f((m[r] - m_new) * kLog2e);  // 0 while m = -inf
+      m[r] = m_new;
+      l[r] *= alpha[r];
+    }
+    uint32_t pf[kN / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        float p = s[nt][e] == kNegInf ? 0.0f : exp2f((s[nt][e] - m[r]) * kLog2e);
+        l[r] += p;
+        if (a.dropout_p > 0 && p != 0.0f)
+          p = a.keep(b, h, row_w + frag_row(e), j0 + frag_col(nt, e)) ? p * a.keep_scale : 0.0f;
+        s[nt][e] = p;
+      }
+      to_a_fragment<S, kN>(pf, nt, s[nt]);
+    }
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e / 2];
+    }
+    warp_pv<S, kD, kN>(pf, Vs + buf * kN * kP, o);
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+  }
+  store_rows<S, kD>(a.out, a.outs, b, h, sq.q0, row_w, sq.rows_q, a.Dv, o, inv);
+  if (threadIdx.x % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row_w + frag_row(2 * r);
+      if (i < sq.rows_q) a.stat(b, h, sq.q0 + i) = l[r] > 0 ? m[r] + logf(l[r]) : kNegInf;
+    }
+  }
+}
+
+template <class S>
+__global__ void delta_kernel(Args<float, S> a) {
+  delta_row(a, static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, threadIdx.x % 32);
+}
+
+// dQ: the block's 64 query rows against every visible key tile.
+template <class S, int kD>
+__global__ void __launch_bounds__(kBlockThreads)
+    backward_dq_kernel(Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kWalk, kP = kPitch<kD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);
+  S* dOs = Qs + kRows * kP;
+  S* Ks = dOs + kRows * kP;  // two buffers of kN rows each
+  S* Vs = Ks + 2 * kN * kP;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Sq + kRows - 1) / kRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;
+  const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's and the score gradient's rows
+  const float slope = a.slope_of(h);
+  const S* kbase = a.k + b * a.ks[0] + hk * a.ks[1];
+  const S* vbase = a.v + b * a.vs[0] + hk * a.vs[1];
+  load_rows<S, kD, kRows>(Qs, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0, q_end, a.Dqk,
+                          nullptr, vec.q);
+  load_rows<S, kD, kRows>(dOs, a.dout + b * a.dos[0] + h * a.dos[1], a.dos, sq.q0 + i0, q_end, a.Dv,
+                          nullptr, vec.dout);
+  int64_t lo, hi;
+  key_range(a, sq, i0, kRows, lo, hi);
+  const auto load_kv = [&](int64_t j0, int buf) {
+    load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
+                         vec.k);
+    load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
+                         vec.v);
+  };
+  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
+  if (n_tiles > 0) load_kv(lo, 0);
+  mma::cp_async_commit();
+
+  const int64_t row_w = i0 + 16 * warp;
+  float lse[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row_w + frag_row(2 * r);
+    lse[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
+    dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+  }
+  float dq[kD / 8][4] = {};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t j0 = lo + it * kN;
+    if (it + 1 < n_tiles) {
+      load_kv(j0 + kN, buf ^ 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
+    warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
+    warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
+    uint32_t df[kN / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
+        const bool valid = i < sq.rows_q && j < hi;
+        float pd, raw;
+        s[nt][e] = score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
+                              dl[e / 2], slope, sq, &pd, &raw);
+        if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = raw;
+      }
+      to_a_fragment<S, kN>(df, nt, s[nt]);
+    }
+    warp_pv<S, kD, kN>(df, Ks + buf * kN * kP, dq);
+    __syncthreads();
+  }
+  mma::cp_async_wait<0>();
+  const float scale[2] = {a.scale, a.scale};
+  store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
+}
+
+// dK and dV: the block's 64 key rows against every query tile of every query head of the
+// group that sees one of them, in order.
+template <class S, int kD>
+__global__ void __launch_bounds__(kBlockThreads)
+    backward_dkv_kernel(Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kWalk, kP = kPitch<kD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Ks = reinterpret_cast<S*>(smem);
+  S* Vs = Ks + kRows * kP;
+  S* Qs = Vs + kRows * kP;  // two buffers of kN rows each
+  S* dOs = Qs + 2 * kN * kP;
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN
+  float* dl_s = lse_s + 2 * kN;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Skv + kRows - 1) / kRows, blk = blockIdx.x;
+  const int64_t j0 = (blk % tiles) * kRows, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
+  const SdpaSequence sq = a.seq(b);
+  if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
+  const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  load_rows<S, kD, kRows>(Ks, a.k + b * a.ks[0] + hk * a.ks[1], a.ks, sq.kv0 + j0, kv_end, a.Dqk,
+                          nullptr, vec.k);
+  load_rows<S, kD, kRows>(Vs, a.v + b * a.vs[0] + hk * a.vs[1], a.vs, sq.kv0 + j0, kv_end, a.Dv,
+                          nullptr, vec.v);
+  // Query rows that can see some key of [j0, j_last].
+  const int64_t j_last = min(j0 + kRows, sq.rows_kv) - 1;
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
+  const int64_t i_lo = rows.lo, i_hi = rows.hi;
+  const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
+  const int64_t n_tiles = G * per_head;
+  // Tile `it` is query tile it % per_head of head hk G + it / per_head.
+  const auto load_q = [&](int64_t it, int buf) {
+    const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
+    load_rows<S, kD, kN>(Qs + buf * kN * kP, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0,
+                         q_end, a.Dqk, nullptr, vec.q);
+    load_rows<S, kD, kN>(dOs + buf * kN * kP, a.dout + b * a.dos[0] + h * a.dos[1], a.dos,
+                         sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+    const int64_t row_base = (b * a.Hq + h) * a.Sq;
+    for (int r = threadIdx.x; r < kN; r += kBlockThreads) {
+      const bool in = i0 + r < sq.rows_q;
+      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) : kNegInf;
+      dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
+    }
+  };
+  if (n_tiles > 0) load_q(0, 0);
+  mma::cp_async_commit();
+
+  const int64_t key_w = j0 + 16 * warp;  // this warp's first key
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
+    const float slope = a.slope_of(h);
+    if (it + 1 < n_tiles) {
+      load_q(it + 1, buf ^ 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const S* Qb = Qs + buf * kN * kP;
+    const S* dOb = dOs + buf * kN * kP;
+    float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
+    warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
+    warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
+    uint32_t pf[kN / 16][4], df[kN / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = frag_col(nt, e);
+        const int64_t i = i0 + q, j = key_w + frag_row(e);
+        float pd, raw;
+        dpt[nt][e] =
+            score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[nt][e] * a.scale, dpt[nt][e],
+                       lse_s[buf * kN + q], dl_s[buf * kN + q], slope, sq, &pd, &raw);
+        st[nt][e] = pd;
+      }
+      to_a_fragment<S, kN>(pf, nt, st[nt]);
+      to_a_fragment<S, kN>(df, nt, dpt[nt]);
+    }
+    warp_pv<S, kD, kN>(pf, dOb, dv);  // dV += Pd^T dO
+    warp_pv<S, kD, kN>(df, Qb, dk);   // dK += dS^T Q (scaled at the end)
+    __syncthreads();
+  }
+  mma::cp_async_wait<0>();
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
+  store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
+  store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
+}
+
+// Shared memory of each kernel at tile width kD, in bytes.
+template <class S, int kD>
+constexpr size_t smem_forward = (kRows + 4 * kForwardKeys<kD>)*kPitch<kD> * sizeof(S);
+template <class S, int kD>
+constexpr size_t smem_dq = (2 * kRows + 4 * kWalk) * kPitch<kD> * sizeof(S);
+template <class S, int kD>
+constexpr size_t smem_dkv = (2 * kRows + 4 * kWalk) * kPitch<kD> * sizeof(S) +
+                            4 * kWalk * sizeof(float);
+
+bool vectorizable(const View& v, int64_t width) {
+  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % 8 != 0) return false;
+  if (v.sizes[3] > 1 && v.strides[3] != 1) return false;
+  for (int d = 0; d < 3; ++d)
+    if (v.sizes[d] > 1 && v.strides[d] % 8 != 0) return false;
+  return true;
+}
+
+// Whether the device runs mma.sync on 16-bit inputs (compute capability 8.0 and later), and
+// the shared memory a block may have there.
+int shared_optin(int device) {
+  int major = 0, optin = 0;
+  TG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 8) return 0;
+  TG_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return optin;
+}
+
+// Calls f(std::integral_constant<int, tile width>) for the smallest tile width of
+// {32, 64, 128, 256}, up to kMax, that holds head dim `dim`; false when none does. (Widths
+// above kMax are not instantiated: the backward's accumulators would not fit in registers.)
+template <int kMax, class F>
+bool with_width(int64_t dim, F&& f) {
+  if (dim <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (dim <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else if (dim <= 128) {
+    f(std::integral_constant<int, 128>{});
+  } else if constexpr (kMax >= 256) {
+    if (dim > 256) return false;
+    f(std::integral_constant<int, 256>{});
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <class K, class S>
+void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const Args<float, S>& a,
+            const Vectorized& vec, const char* name) {
+  TG_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s>>>(a, vec);
+  check_launch(name);
+}
+
+template <class S>
+bool forward_typed(int device, const SdpaParams& p) {
+  const Args<float, S> a = make_args<float, S>(p);
+  Vectorized vec;
+  vec.q = vectorizable(p.q, a.Dqk);
+  vec.k = vectorizable(p.k, a.Dqk);
+  vec.v = vectorizable(p.v, a.Dv);
+  const int optin = shared_optin(device);
+  bool fits = false;
+  const bool any = with_width<256>(std::max(a.Dqk, a.Dv), [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    constexpr size_t smem = smem_forward<S, kD>;
+    if (smem > static_cast<size_t>(optin)) return;
+    fits = true;
+    cudaStream_t s = enter(device);
+    const int64_t blocks = a.B * a.Hq * ((a.Sq + kRows - 1) / kRows);
+    if (blocks) launch(forward_kernel<S, kD>, blocks, smem, s, a, vec, "sdpa mma forward kernel");
+  });
+  return any && fits;
+}
+
+template <class S>
+bool backward_typed(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  Args<float, S> a = make_args<float, S>(p);
+  set_grad_args(a, dout, g);
+  Vectorized vec;
+  vec.q = vectorizable(p.q, a.Dqk);
+  vec.k = vectorizable(p.k, a.Dqk);
+  vec.v = vectorizable(p.v, a.Dv);
+  vec.dout = vectorizable(dout, a.Dv);
+  const int optin = shared_optin(device);
+  bool fits = false;
+  const bool any = with_width<128>(std::max(a.Dqk, a.Dv), [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    constexpr size_t smem = std::max(smem_dq<S, kD>, smem_dkv<S, kD>);
+    if (smem > static_cast<size_t>(optin)) return;
+    fits = true;
+    cudaStream_t s = enter(device);
+    const int64_t rows = a.B * a.Hq * a.Sq;
+    Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
+    a.delta = delta.as<float>();
+    if (rows) {
+      delta_kernel<S>
+          <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kBlockThreads, 0, s>>>(a);
+      check_launch("sdpa mma delta kernel");
+      launch(backward_dq_kernel<S, kD>, a.B * a.Hq * ((a.Sq + kRows - 1) / kRows), smem_dq<S, kD>,
+             s, a, vec, "sdpa mma backward dq kernel");
+    }
+    const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
+    if (kv_blocks)
+      launch(backward_dkv_kernel<S, kD>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+             "sdpa mma backward dk/dv kernel");
+  });
+  return any && fits;
+}
+
+}  // namespace
+
+bool sdpa_mma_forward(int device, const SdpaParams& p) {
+  if (!cuda_sdpa_tensor_cores()) return false;
+  if (p.q.dtype == kBFloat16) return forward_typed<__nv_bfloat16>(device, p);
+  if (p.q.dtype == kFloat16) return forward_typed<__half>(device, p);
+  return false;
+}
+
+bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  if (!cuda_sdpa_tensor_cores()) return false;
+  if (p.q.dtype == kBFloat16) return backward_typed<__nv_bfloat16>(device, p, dout, g);
+  if (p.q.dtype == kFloat16) return backward_typed<__half>(device, p, dout, g);
+  return false;
+}
+
+}  // namespace tg::cuda
+
+namespace tg {
+namespace {
+// -1: not yet read from TAPEGRAD_CUDA_SDPA_TENSOR_CORES.
+std::atomic<int> tensor_cores{-1};
+}  // namespace
+
+bool cuda_sdpa_tensor_cores() {
+  int on = tensor_cores.load();
+  if (on < 0) {
+    const char* env = std::getenv("TAPEGRAD_CUDA_SDPA_TENSOR_CORES");
+    on = env && std::strcmp(env, "1") == 0 ? 1 : 0;
+    int expected = -1;
+    tensor_cores.compare_exchange_strong(expected, on);
+    on = tensor_cores.load();
+  }
+  return on == 1;
+}
+
+void set_cuda_sdpa_tensor_cores(bool on) { tensor_cores.store(on ? 1 : 0); }
+
+}  // namespace tg

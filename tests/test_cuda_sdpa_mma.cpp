@@ -1,0 +1,204 @@
+// SDPA on the tensor cores (bfloat16 and float16, backends/cuda/cuda_sdpa_mma.cu) against the
+// CPU: random option combinations with NaN-poisoned outputs, at aligned, strided and misaligned
+// layouts (16-byte copies and element loads), the deterministic backward, fully masked rows, and
+// that switching the kernels on changes which code runs.
+//
+// Tolerances. The CPU reads the 16-bit inputs, computes in float32 and rounds each result once.
+// The kernels multiply the same 16-bit inputs exactly with float32 sums, but round P (and dS)
+// to the 16-bit type before the second product of each pair, as FlashAttention-2 does: every
+// term of those sums is off by at most u (2^-8 bfloat16, 2^-11 float16) relative, with
+// independent signs, and each result is rounded once more. Measured against the tensor's
+// largest element: 4u for the output, 8u for the gradients (their sums cancel: the score
+// gradients of a row sum to zero), float32-level for the statistics (no 16-bit rounding).
+#include <random>
+
+#include "cuda_parity.h"
+#include "sdpa_random.h"
+
+using namespace tg;
+using namespace cudatest;
+
+namespace {
+
+// The tensor-core kernels on (or off) for a scope.
+struct TensorCores {
+  bool was = cuda_sdpa_tensor_cores();
+  explicit TensorCores(bool on) { set_cuda_sdpa_tensor_cores(on); }
+  ~TensorCores() { set_cuda_sdpa_tensor_cores(was); }
+  TensorCores(const TensorCores&) = delete;
+  TensorCores& operator=(const TensorCores&) = delete;
+};
+
+double unit(DType dt) { return dt == kBFloat16 ? 0x1p-8 : 0x1p-11; }
+
+void check_close(const char* what, const Tensor& cpu, const Tensor& gpu, double tol) {
+  const double err = tgtest::rel_error(gpu.to(kCPU), cpu);
+  INFO(what << ": error " << err << " of the largest element, allowed " << tol);
+  CHECK(err <= tol);
+}
+
+enum class Layout { Contiguous, Strided, Misaligned };
+
+// x (float64, CPU) in dtype dt on the device: contiguous; (B, S, H, D) storage seen as
+// (B, H, S, D) (16-byte copies still apply); or one element past a 16-byte boundary with an
+// odd row stride (element loads).
+Tensor on_device(const Tensor& x, DType dt, Layout layout) {
+  const Tensor g = x.to(dt).to(kCUDA);
+  if (layout == Layout::Strided) return g.transpose(1, 2).contiguous().transpose(1, 2);
+  if (layout == Layout::Misaligned) {
+    Shape pad = g.sizes();
+    pad[3] = 1;
+    return cat({zeros(pad, g.options()), g}, 3).narrow(3, 1, g.size(3));
+  }
+  return g;
+}
+
+struct Config {
+  int64_t B = 1, Hq = 1, Hk = 1, Sq = 1, Skv = 1, Dqk = 8, Dv = 8;
+  SdpaOptions opts;
+  Shape mask_shape;  // empty: no mask
+  bool bool_mask = false;
+  Layout layout = Layout::Contiguous;
+};
+
+// Shapes across the kernels' tile widths (32, 64, 128, 256 forward; the backward above 128
+// widens to float32) and across several 64-row tiles; every option of DESIGN §4.
+Config random_config(std::mt19937_64& rng) {
+  tgtest::Draws draw{rng};
+  const int64_t dims[] = {8, 12, 16, 32, 40, 64, 72, 96, 100, 128, 160, 200, 256};
+  Config c;
+  c.B = draw.pick(1, 2);
+  c.Hk = draw.pick(1, 2);
+  c.Hq = c.Hk * draw.pick(1, 3);
+  c.Sq = draw.pick(1, 200);
+  c.Skv = draw.coin(0.5) ? c.Sq : draw.pick(1, 200);
+  c.Dqk = dims[draw.pick(0, 12)];
+  c.Dv = draw.coin(0.6) ? c.Dqk : dims[draw.pick(0, 12)];
+  c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 40, .alibi = 0.2});
+  if (draw.coin(0.4)) {
+    c.mask_shape = {draw.coin(0.5) ? c.B : 1, draw.coin(0.5) ? c.Hq : 1, draw.coin(0.8) ? c.Sq : 1,
+                    draw.coin(0.9) ? c.Skv : 1};
+    c.bool_mask = draw.coin(0.5);
+  }
+  const int64_t layout = draw.pick(0, 4);
+  c.layout = layout == 3 ? Layout::Strided : layout == 4 ? Layout::Misaligned : Layout::Contiguous;
+  return c;
+}
+
+std::string describe(const Config& c) {
+  std::ostringstream os;
+  os << "B" << c.B << " Hq" << c.Hq << " Hk" << c.Hk << " Sq" << c.Sq << " Skv" << c.Skv << " Dqk"
+     << c.Dqk << " Dv" << c.Dv << " layout " << static_cast<int>(c.layout)
+     << tgtest::describe_options(c.opts,
+                                 c.mask_shape.empty() ? 0
+                                 : c.bool_mask        ? 2
+                                                      : 1,
+                                 c.mask_shape, c.layout != Layout::Contiguous);
+  return os.str();
+}
+
+// Forward and backward of configuration c in dtype dt on both devices, compared.
+void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& rng) {
+  const Tensor q = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dqk}, seed);
+  const Tensor k = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dqk}, seed + 1);
+  const Tensor v = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dv}, seed + 2);
+  const Tensor dout = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3);
+  SdpaOptions cpu = c.opts, gpu = c.opts;
+  if (!c.mask_shape.empty()) {
+    const Tensor m = c.bool_mask ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
+                                 : tgtest::rnd(c.mask_shape, seed + 4, -3, 1).to(dt);
+    cpu.mask = m;
+    gpu.mask = m.to(kCUDA);
+  }
+  if (tgtest::Draws{rng}.coin(0.3)) {
+    std::vector<int64_t> lq, lkv;
+    for (int64_t b = 0; b < c.B; ++b) {
+      lq.push_back(tgtest::Draws{rng}.pick(0, c.Sq));
+      lkv.push_back(tgtest::Draws{rng}.pick(0, c.Skv));
+    }
+    cpu.seq_len_q = from_vector(lq, {c.B});
+    cpu.seq_len_kv = from_vector(lkv, {c.B});
+    gpu.seq_len_q = cpu.seq_len_q->to(kCUDA);
+    gpu.seq_len_kv = cpu.seq_len_kv->to(kCUDA);
+  }
+  const Tensor cq = q.to(dt), ck = k.to(dt), cv = v.to(dt), cdout = dout.to(dt);
+  const SdpaResult rc = sdpa_forward(cq, ck, cv, cpu);
+  const SdpaGrads gc = sdpa_backward(cq, ck, cv, rc.out, cdout, rc.stats, cpu);
+  const Tensor gq = on_device(q, dt, c.layout), gk = on_device(k, dt, c.layout);
+  const Tensor gv = on_device(v, dt, c.layout), gdout = on_device(dout, dt, c.layout);
+  cuda_poison_allocations(true);
+  const SdpaResult rg = sdpa_forward(gq, gk, gv, gpu);
+  const SdpaGrads gg = sdpa_backward(gq, gk, gv, rg.out, gdout, rg.stats, gpu);
+  cuda_poison_allocations(false);
+  const double u = unit(dt);
+  check_close("out", rc.out, rg.out, 4 * u);
+  check_close("stats", rc.stats, rg.stats, 1e-5);
+  check_close("dq", gc.dq, gg.dq, 8 * u);
+  check_close("dk", gc.dk, gg.dk, 8 * u);
+  check_close("dv", gc.dv, gg.dv, 8 * u);
+  if (gc.dmask.defined()) check_close("dmask", gc.dmask, gg.dmask, 8 * u);
+}
+
+}  // namespace
+
+TEST_CASE("sdpa on the tensor cores: bfloat16 and float16 against the CPU, outputs poisoned") {
+  TensorCores on(true);
+  std::mt19937_64 rng(2028);
+  int several_tiles = 0, element_loads = 0;
+  for (int n = 0; n < 200; ++n) {
+    const Config c = random_config(rng);
+    const DType dt = n % 2 ? kFloat16 : kBFloat16;
+    INFO("config " << n << " (" << dtype_name(dt) << "): " << describe(c));
+    several_tiles += c.Sq > 64 && c.Skv > 64;
+    element_loads += c.layout == Layout::Misaligned || c.Dqk % 8 != 0 || c.Dv % 8 != 0;
+    compare_config(c, dt, 7000 + static_cast<uint64_t>(n) * 10, rng);
+  }
+  CHECK(several_tiles > 40);
+  CHECK(element_loads > 40);
+}
+
+TEST_CASE("sdpa on the tensor cores: the backward is deterministic (bitwise equal run to run)") {
+  TensorCores on(true);
+  const Tensor q = tgtest::rnd({2, 4, 150, 64}, 1).to(kBFloat16).to(kCUDA);
+  const Tensor k = tgtest::rnd({2, 2, 130, 64}, 2).to(kBFloat16).to(kCUDA);
+  const Tensor v = tgtest::rnd({2, 2, 130, 64}, 3).to(kBFloat16).to(kCUDA);
+  const Tensor dout = tgtest::rnd({2, 4, 150, 64}, 4).to(kBFloat16).to(kCUDA);
+  SdpaOptions o;
+  o.dropout_p = 0.2;
+  o.seed = 5;
+  const SdpaResult r = sdpa_forward(q, k, v, o);
+  const SdpaGrads a = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+  const SdpaGrads b = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+  for (const auto& [x, y] : {std::pair{a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}})
+    CHECK(x.to(kFloat32).to_vector<float>() == y.to(kFloat32).to_vector<float>());
+}
+
+TEST_CASE("sdpa on the tensor cores: fully masked rows give zeros and -inf statistics") {
+  TensorCores on(true);
+  const Tensor q = tgtest::rnd({1, 1, 4, 64}, 1).to(kBFloat16).to(kCUDA);
+  const Tensor k = tgtest::rnd({1, 1, 6, 64}, 2).to(kBFloat16).to(kCUDA);
+  SdpaOptions o;
+  o.mask =
+      from_vector(std::vector<bool>(24, false), {1, 1, 4, 6}, TensorOptions(kBool).device(kCUDA));
+  const SdpaResult res = sdpa(q, k, k, o);
+  for (float x : res.out.to(kFloat32).to_vector<float>()) CHECK(x == 0.0f);
+  for (float s : res.stats.to_vector<float>()) CHECK(std::isinf(s));
+}
+
+TEST_CASE("sdpa on the tensor cores: the switch changes which kernels run") {
+  // Off, bfloat16 runs the float32 kernels on widened copies; on, the tensor-core kernels, whose
+  // P is rounded to bfloat16: both agree with the CPU, and with each other only to that
+  // rounding, so bitwise equality would mean the switch reached nothing.
+  const Tensor q = tgtest::rnd({1, 2, 200, 64}, 1).to(kBFloat16);
+  const Tensor k = tgtest::rnd({1, 2, 200, 64}, 2).to(kBFloat16);
+  const Tensor v = tgtest::rnd({1, 2, 200, 64}, 3).to(kBFloat16);
+  const Tensor cpu = sdpa(q, k, v).out;
+  auto on_gpu = [&](bool tensor_cores) {
+    TensorCores mode(tensor_cores);
+    return sdpa(q.to(kCUDA), k.to(kCUDA), v.to(kCUDA)).out.to(kCPU);
+  };
+  const Tensor with = on_gpu(true), without = on_gpu(false);
+  check_close("tensor cores", cpu, with, 4 * unit(kBFloat16));
+  check_close("widened", cpu, without, 2 * unit(kBFloat16));
+  CHECK(with.to(kFloat32).to_vector<float>() != without.to(kFloat32).to_vector<float>());
+}
