@@ -26,6 +26,7 @@
 
 #include "backends/cuda/cuda_mma.cuh"
 #include "backends/cuda/cuda_sdpa_args.cuh"
+#include "backends/cuda/mma_layout.h"
 #include "backends/cuda_api.h"
 
 namespace tg::cuda {
@@ -95,12 +96,13 @@ __device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     uint32_t af[4];
-    mma::ldmatrix_x4(af, A + (lane % 16) * kP + kk * 16 + (lane / 16) * 8);
+    const mma::RowCol at = mma::a_address(lane, kk);
+    mma::ldmatrix_x4(af, A + at.row * kP + at.col);
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
-      mma::ldmatrix_x4(
-          bf, B + (np * 16 + lane % 8 + 8 * (lane / 16)) * kP + kk * 16 + 8 * ((lane / 8) % 2));
+      const mma::RowCol bt = mma::bt_address(lane, np, kk);
+      mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
       mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
       mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
     }
@@ -120,8 +122,8 @@ __device__ __forceinline__ void warp_pv(const uint32_t (&p)[kN / 16][4], const S
 #pragma unroll
     for (int dp = 0; dp < kD / 16; ++dp) {
       uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
-      mma::ldmatrix_x4_trans(
-          bf, M + (kk * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * kP + dp * 16 + 8 * (lane / 16));
+      const mma::RowCol bm = mma::b_address(lane, kk, dp);
+      mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
       mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
       mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
     }
@@ -133,14 +135,14 @@ __device__ __forceinline__ void warp_pv(const uint32_t (&p)[kN / 16][4], const S
 template <class S, int kN>
 __device__ __forceinline__ void to_a_fragment(uint32_t (&f)[kN / 16][4], int nt,
                                               const float (&c)[4]) {
-  f[nt / 2][(nt % 2) * 2] = mma::pack2<S>(c[0], c[1]);
-  f[nt / 2][(nt % 2) * 2 + 1] = mma::pack2<S>(c[2], c[3]);
+  f[nt / 2][mma::a_slot(nt, 0)] = mma::pack2<S>(c[0], c[1]);
+  f[nt / 2][mma::a_slot(nt, 1)] = mma::pack2<S>(c[2], c[3]);
 }
 
-// A C tile's element e of a warp's lane: row g + 8 (e / 2), column 2t + (e % 2) of the tile.
-__device__ __forceinline__ int frag_row(int e) { return (threadIdx.x % 32) / 4 + 8 * (e / 2); }
+// A C tile's element e of this lane: its row in the warp's 16, its column in the tile.
+__device__ __forceinline__ int frag_row(int e) { return mma::c_row(threadIdx.x % 32, e); }
 __device__ __forceinline__ int frag_col(int nt, int e) {
-  return nt * 8 + 2 * (threadIdx.x % 4) + (e % 2);
+  return mma::c_col(threadIdx.x % 32, nt, e);
 }
 
 __device__ __forceinline__ float quad_max(float v) {
