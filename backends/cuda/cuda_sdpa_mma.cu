@@ -172,6 +172,21 @@ __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b,
   }
 }
 
+// The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
+// buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.
+// The caller's barrier at the end of each tile keeps a buffer from being refilled while read.
+template <class Load>
+__device__ __forceinline__ void next_tile(int64_t it, int64_t n_tiles, Load&& load) {
+  if (it + 1 < n_tiles) {
+    load(it + 1, static_cast<int>((it + 1) & 1));
+    mma::cp_async_commit();
+    mma::cp_async_wait<1>();
+  } else {
+    mma::cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a, Vectorized vec) {
   constexpr int kN = kForwardKeys<kD>, kP = kPitch<kD>;
@@ -192,14 +207,15 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a
                           a.Dqk, nullptr, vec.q);
   int64_t lo, hi;
   key_range(a, sq, i0, kRows, lo, hi);
-  const auto load_kv = [&](int64_t j0, int buf) {
+  const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`, from key lo + it kN
+    const int64_t j0 = lo + it * kN;
     load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, a.kv_rows,
                          vec.k);
     load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, a.kv_rows,
                          vec.v);
   };
   const int64_t n_tiles = (hi - lo + kN - 1) / kN;
-  if (n_tiles > 0) load_kv(lo, 0);
+  if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
   const int64_t row_w = i0 + 16 * warp;  // this warp's first row
@@ -208,14 +224,7 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
-    if (it + 1 < n_tiles) {
-      load_kv(j0 + kN, buf ^ 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(it, n_tiles, load_kv);
     float s[kN / 8][4] = {};
     warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
     float mx[2] = {kNegInf, kNegInf};
@@ -309,14 +318,15 @@ __global__ void __launch_bounds__(kBlockThreads)
                           nullptr, vec.dout);
   int64_t lo, hi;
   key_range(a, sq, i0, kRows, lo, hi);
-  const auto load_kv = [&](int64_t j0, int buf) {
+  const auto load_kv = [&](int64_t it, int buf) {
+    const int64_t j0 = lo + it * kN;
     load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
                          vec.k);
     load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
                          vec.v);
   };
   const int64_t n_tiles = (hi - lo + kN - 1) / kN;
-  if (n_tiles > 0) load_kv(lo, 0);
+  if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
   const int64_t row_w = i0 + 16 * warp;
@@ -331,14 +341,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
-    if (it + 1 < n_tiles) {
-      load_kv(j0 + kN, buf ^ 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(it, n_tiles, load_kv);
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
     warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
     warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
@@ -417,14 +420,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const int buf = static_cast<int>(it & 1);
     const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
     const float slope = a.slope_of(h);
-    if (it + 1 < n_tiles) {
-      load_q(it + 1, buf ^ 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(it, n_tiles, load_q);
     const S* Qb = Qs + buf * kN * kP;
     const S* dOb = dOs + buf * kN * kP;
     float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
