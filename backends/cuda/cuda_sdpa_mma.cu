@@ -24,168 +24,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda/cuda_mma.cuh"
-#include "backends/cuda/cuda_sdpa_args.cuh"
-#include "backends/cuda/mma_layout.h"
+#include "backends/cuda/cuda_sdpa_mma_tiles.cuh"
 #include "backends/cuda_api.h"
 
 namespace tg::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kBlockThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps;  // a block's query rows (forward, dQ) or key rows (dK/dV)
-constexpr int kWalk = 64;           // rows of a walked tile, but for head dims above 128 ...
-template <int kD>
-constexpr int kForwardKeys = kD > 128 ? 32 : kWalk;  // ... whose forward walks 32 keys
-template <int kD>
-constexpr int kPitch = kD + 8;  // a shared row: 16 bytes more than kD values
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
-
-// Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
-// of 8 elements, 16-byte aligned data, widths multiples of 8.
-struct Vectorized {
-  bool q = false, k = false, v = false, dout = false;
-};
-
-template <class S>
-__device__ __forceinline__ S to_16(float x) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else {
-    return __float2half_rn(x);
-  }
-}
-
-// Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
-// st[3]) into `dst` (pitch kPitch<kD>), zeros from row `row_end` on and past column `width`;
-// with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads.
-template <class S, int kD, int kN>
-__device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
-                                          int64_t row_end, int64_t width, const int64_t* at,
-                                          bool vec) {
-  constexpr int kP = kPitch<kD>;
-  if (vec) {
-    constexpr int kChunks = kD / 8;
-    for (int idx = threadIdx.x; idx < kN * kChunks; idx += kBlockThreads) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      const int64_t row = row0 + r;
-      const bool valid = row < row_end && c * 8 < width;
-      const S* src = valid ? base + (at ? at[row] : row) * st[2] + c * 8 : base;
-      mma::cp_async_16(dst + r * kP + c * 8, src, valid);
-    }
-  } else {
-    for (int idx = threadIdx.x; idx < kN * kD; idx += kBlockThreads) {
-      const int r = idx / kD, d = idx % kD;
-      const int64_t row = row0 + r;
-      S x = to_16<S>(0.0f);
-      if (row < row_end && d < width) x = base[(at ? at[row] : row) * st[2] + d * st[3]];
-      dst[r * kP + d] = x;
-    }
-  }
-}
-
-// acc (16 x kN, as kN / 8 C tiles) += A B^T for a warp: A its 16 rows of kD values (shared,
-// pitch kPitch<kD>), B kN rows of kD values. Both operands read by ldmatrix without transpose.
-template <class S, int kD, int kN>
-__device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN / 8][4]) {
-  constexpr int kP = kPitch<kD>;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    uint32_t af[4];
-    const mma::RowCol at = mma::a_address(lane, kk);
-    mma::ldmatrix_x4(af, A + at.row * kP + at.col);
-#pragma unroll
-    for (int np = 0; np < kN / 16; ++np) {
-      uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
-      const mma::RowCol bt = mma::bt_address(lane, np, kk);
-      mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
-      mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
-      mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
-}
-
-// acc (16 x kD, as kD / 8 C tiles) += P M for a warp: P its 16 x kN values as A fragments
-// (k-step kk covers columns 16 kk .. 16 kk + 15), M kN rows of kD values in shared memory, read
-// transposed by ldmatrix.
-template <class S, int kD, int kN>
-__device__ __forceinline__ void warp_pv(const uint32_t (&p)[kN / 16][4], const S* M,
-                                        float (&acc)[kD / 8][4]) {
-  constexpr int kP = kPitch<kD>;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) {
-#pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
-      uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
-      const mma::RowCol bm = mma::b_address(lane, kk, dp);
-      mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
-      mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
-      mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
-    }
-  }
-}
-
-// C tile nt's four values, rounded, into the A fragments of the next product (C tile nt is
-// half of k-step nt / 2).
-template <class S, int kN>
-__device__ __forceinline__ void to_a_fragment(uint32_t (&f)[kN / 16][4], int nt,
-                                              const float (&c)[4]) {
-  f[nt / 2][mma::a_slot(nt, 0)] = mma::pack2<S>(c[0], c[1]);
-  f[nt / 2][mma::a_slot(nt, 1)] = mma::pack2<S>(c[2], c[3]);
-}
-
-// A C tile's element e of this lane: its row in the warp's 16, its column in the tile.
-__device__ __forceinline__ int frag_row(int e) { return mma::c_row(threadIdx.x % 32, e); }
-__device__ __forceinline__ int frag_col(int nt, int e) {
-  return mma::c_col(threadIdx.x % 32, nt, e);
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-// Writes a warp's 16 x kD accumulator tile times `factor[r]` (per fragment row half) to rows
-// row0 + ... of a (b, h) slice, rows below `rows` and columns below `width` only.
-template <class S, int kD>
-__device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b, int64_t h,
-                                           int64_t first, int64_t row0, int64_t rows, int64_t width,
-                                           const float (&acc)[kD / 8][4],
-                                           const float (&factor)[2]) {
-#pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = row0 + frag_row(e), d = frag_col(dt, e);
-      if (i < rows && d < width)
-        out[at4(st, b, h, first + i, d)] = to_16<S>(acc[dt][e] * factor[e / 2]);
-    }
-  }
-}
-
-// The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
-// buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.
-// The caller's barrier at the end of each tile keeps a buffer from being refilled while read.
-template <class Load>
-__device__ __forceinline__ void next_tile(int64_t it, int64_t n_tiles, Load&& load) {
-  if (it + 1 < n_tiles) {
-    load(it + 1, static_cast<int>((it + 1) & 1));
-    mma::cp_async_commit();
-    mma::cp_async_wait<1>();
-  } else {
-    mma::cp_async_wait<0>();
-  }
-  __syncthreads();
-}
+using namespace mma_sdpa;  // the tile pieces (cuda_sdpa_mma_tiles.cuh)
 
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a, Vectorized vec) {
@@ -201,10 +46,10 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a
   if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
   const int64_t hk = h / (a.Hq / a.Hk), kv_end = sq.kv0 + sq.rows_kv;
   const float slope = a.slope_of(h);
-  const S* kbase = a.k + b * a.ks[0] + hk * a.ks[1];
-  const S* vbase = a.v + b * a.vs[0] + hk * a.vs[1];
-  load_rows<S, kD, kRows>(Qs, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0, sq.q0 + sq.rows_q,
-                          a.Dqk, nullptr, vec.q);
+  const S* kbase = slice(a.k, a.ks, b, hk);
+  const S* vbase = slice(a.v, a.vs, b, hk);
+  load_rows<S, kD, kRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk,
+                          nullptr, vec.q);
   int64_t lo, hi;
   key_range(a, sq, i0, kRows, lo, hi);
   const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`, from key lo + it kN
@@ -310,12 +155,12 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
   const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's and the score gradient's rows
   const float slope = a.slope_of(h);
-  const S* kbase = a.k + b * a.ks[0] + hk * a.ks[1];
-  const S* vbase = a.v + b * a.vs[0] + hk * a.vs[1];
-  load_rows<S, kD, kRows>(Qs, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0, q_end, a.Dqk,
-                          nullptr, vec.q);
-  load_rows<S, kD, kRows>(dOs, a.dout + b * a.dos[0] + h * a.dos[1], a.dos, sq.q0 + i0, q_end, a.Dv,
-                          nullptr, vec.dout);
+  const S* kbase = slice(a.k, a.ks, b, hk);
+  const S* vbase = slice(a.v, a.vs, b, hk);
+  load_rows<S, kD, kRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr,
+                          vec.q);
+  load_rows<S, kD, kRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv, nullptr,
+                          vec.dout);
   int64_t lo, hi;
   key_range(a, sq, i0, kRows, lo, hi);
   const auto load_kv = [&](int64_t it, int buf) {
@@ -386,10 +231,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   const SdpaSequence sq = a.seq(b);
   if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
   const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
-  load_rows<S, kD, kRows>(Ks, a.k + b * a.ks[0] + hk * a.ks[1], a.ks, sq.kv0 + j0, kv_end, a.Dqk,
-                          nullptr, vec.k);
-  load_rows<S, kD, kRows>(Vs, a.v + b * a.vs[0] + hk * a.vs[1], a.vs, sq.kv0 + j0, kv_end, a.Dv,
-                          nullptr, vec.v);
+  load_rows<S, kD, kRows>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
+                          vec.k);
+  load_rows<S, kD, kRows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
+                          vec.v);
   // Query rows that can see some key of [j0, j_last].
   const int64_t j_last = min(j0 + kRows, sq.rows_kv) - 1;
   const IndexRange rows =
@@ -400,10 +245,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   // Tile `it` is query tile it % per_head of head hk G + it / per_head.
   const auto load_q = [&](int64_t it, int buf) {
     const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
-    load_rows<S, kD, kN>(Qs + buf * kN * kP, a.q + b * a.qs[0] + h * a.qs[1], a.qs, sq.q0 + i0,
-                         q_end, a.Dqk, nullptr, vec.q);
-    load_rows<S, kD, kN>(dOs + buf * kN * kP, a.dout + b * a.dos[0] + h * a.dos[1], a.dos,
-                         sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+    load_rows<S, kD, kN>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk,
+                         nullptr, vec.q);
+    load_rows<S, kD, kN>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end,
+                         a.Dv, nullptr, vec.dout);
     const int64_t row_base = (b * a.Hq + h) * a.Sq;
     for (int r = threadIdx.x; r < kN; r += kBlockThreads) {
       const bool in = i0 + r < sq.rows_q;
@@ -469,6 +314,16 @@ bool vectorizable(const View& v, int64_t width) {
   return true;
 }
 
+// Which of q, k, v and dout (absent in the forward) allow 16-byte copies.
+Vectorized vectorized(const SdpaParams& p, const View& dout) {
+  Vectorized vec;
+  vec.q = vectorizable(p.q, p.dim_qk());
+  vec.k = vectorizable(p.k, p.dim_qk());
+  vec.v = vectorizable(p.v, p.dim_v());
+  vec.dout = dout.data && vectorizable(dout, p.dim_v());
+  return vec;
+}
+
 // Whether the device runs mma.sync on 16-bit inputs (compute capability 8.0 and later), and
 // the shared memory a block may have there.
 int shared_optin(int device) {
@@ -511,10 +366,7 @@ void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const Args<fl
 template <class S>
 bool forward_typed(int device, const SdpaParams& p) {
   const Args<float, S> a = make_args<float, S>(p);
-  Vectorized vec;
-  vec.q = vectorizable(p.q, a.Dqk);
-  vec.k = vectorizable(p.k, a.Dqk);
-  vec.v = vectorizable(p.v, a.Dv);
+  const Vectorized vec = vectorized(p, View{});
   const int optin = shared_optin(device);
   bool fits = false;
   const bool any = with_width<256>(std::max(a.Dqk, a.Dv), [&](auto width) {
@@ -533,11 +385,7 @@ template <class S>
 bool backward_typed(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   Args<float, S> a = make_args<float, S>(p);
   set_grad_args(a, dout, g);
-  Vectorized vec;
-  vec.q = vectorizable(p.q, a.Dqk);
-  vec.k = vectorizable(p.k, a.Dqk);
-  vec.v = vectorizable(p.v, a.Dv);
-  vec.dout = vectorizable(dout, a.Dv);
+  const Vectorized vec = vectorized(p, dout);
   const int optin = shared_optin(device);
   bool fits = false;
   const bool any = with_width<128>(std::max(a.Dqk, a.Dv), [&](auto width) {
