@@ -137,6 +137,9 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
     case Engine::Eigen:
       return false;
   }
+  // Without OpenBLAS and oneDNN (TAPEGRAD_BLAS=OFF, TAPEGRAD_ONEDNN=OFF) nothing reads them.
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c,
+      (void)ldc;
   return false;
 }
 
