@@ -11,8 +11,6 @@ there).
 On CUDA, TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 in the environment runs tapegrad's 16-bit SDPA on
 the tensor cores. PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
-PyTorch is the yardstick only (pip install torch in a virtual environment).
-"""
 import subprocess
 import sys
 import torch

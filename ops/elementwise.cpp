@@ -387,6 +387,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_defined(x, "masked_fill", "self");
   detail::check_defined(mask, "masked_fill", "mask");
   detail::check_dtype(mask, kBool, "masked_fill", "mask");
+  detail::check_same_device(x, mask, "masked_fill", "mask");
   Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   TG_CHECK(shape == x.sizes(), "masked_fill", "mask of shape ", shape_str(mask.sizes()),
            " must broadcast to self's shape ", shape_str(x.sizes()));
