@@ -154,6 +154,15 @@ TG_HD inline bool sdpa_visible(bool causal, int64_t window, int64_t ia, int64_t 
   return true;
 }
 
+// Whether causal and window leave every key of [j_first, j_last] visible from every aligned
+// query row of [ia_first, ia_last]: a tile on which kernels may skip the per-element rules.
+TG_HD inline bool sdpa_all_visible(bool causal, int64_t window, int64_t ia_first, int64_t ia_last,
+                                   int64_t j_first, int64_t j_last) {
+  if (causal && j_last > ia_first) return false;
+  if (window > 0 && j_first <= ia_last - window) return false;
+  return true;
+}
+
 // The range [lo, hi) of key (or query) indices a rule leaves; empty when hi <= lo.
 struct IndexRange {
   int64_t lo, hi;

@@ -46,8 +46,11 @@ struct Args {
   // Dropout's draw for sequence b's row i and key j: their place in the padded (B, Hq, Sq, Skv)
   // layout in either layout (DESIGN §4).
   __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    const uint64_t linear = ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
-    return sdpa_keep(seed, offset, linear, dropout_p);
+    return sdpa_keep(seed, offset, dropout_index(b, h, i, j), dropout_p);
+  }
+  // The element's position in the dropout stream: its index in the padded (B, Hq, Sq, Skv).
+  __device__ uint64_t dropout_index(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
   }
   // The final score of sequence b's row i and key j of head h (indices within the sequence)
   // from its scaled dot product: -inf where causal, window, padding or a boolean mask hide the
@@ -71,6 +74,9 @@ struct Args {
     }
     return v;
   }
+  // No mask, ALiBi or softcap: where causal, window and padding leave a key visible, its score
+  // is the scaled dot product itself.
+  __device__ bool plain() const { return !mask && !alibi && !(softcap > T(0)); }
   __device__ T slope_of(int64_t h) const {
     return alibi ? static_cast<T>(alibi_slope(h, Hq)) : T(0);
   }

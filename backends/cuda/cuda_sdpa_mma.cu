@@ -32,8 +32,20 @@ namespace {
 
 using namespace mma_sdpa;  // the tile pieces (cuda_sdpa_mma_tiles.cuh)
 
+// Whether rows [row0, row0 + rows) and keys [j0, j0 + keys) of sequence sq are all real (not
+// padding, keys below the visible range's end `hi`) and all visible to one another under
+// options that are plain(): a tile whose scores are its scaled dot products, no rule applied.
+template <class S>
+__device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequence& sq,
+                                         int64_t row0, int rows, int64_t hi, int64_t j0, int keys) {
+  return a.plain() && row0 + rows <= sq.len_q && j0 + keys <= hi &&
+         sdpa_all_visible(a.causal, a.window, row0 + sq.shift, row0 + rows - 1 + sq.shift, j0,
+                          j0 + keys - 1);
+}
+
 template <class S, int kD>
-__global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a, Vectorized vec) {
+__global__ void __launch_bounds__(kBlockThreads)
+    forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kForwardKeys<kD>, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
@@ -73,15 +85,24 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a
     float s[kN / 8][4] = {};
     warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
     float mx[2] = {kNegInf, kNegInf};
+    if (interior(a, sq, row_w, 16, hi, j0, kN)) {  // the scaled products are the scores
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
+      for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
-        float t = 0, x = kNegInf;
-        if (i < sq.rows_q && j < hi) x = a.score(b, h, i, j, s[nt][e] * a.scale, slope, sq, &t);
-        s[nt][e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] *= a.scale;
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = edge_score(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e),
+                                s[nt][e] * a.scale, slope, sq, hi);
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
       }
     }
     float alpha[2];
@@ -101,7 +122,8 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(Args<float, S> a
         float p = s[nt][e] == kNegInf ? 0.0f : exp2f((s[nt][e] - m[r]) * kLog2e);
         l[r] += p;
         if (a.dropout_p > 0 && p != 0.0f)
-          p = a.keep(b, h, row_w + frag_row(e), j0 + frag_col(nt, e)) ? p * a.keep_scale : 0.0f;
+          p = dropout_keeps(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e)) ? p * a.keep_scale
+                                                                                : 0.0f;
         s[nt][e] = p;
       }
       to_a_fragment<S, kN>(pf, nt, s[nt]);
@@ -140,7 +162,7 @@ __global__ void delta_kernel(Args<float, S> a) {
 // dQ: the block's 64 query rows against every visible key tile.
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads)
-    backward_dq_kernel(Args<float, S> a, Vectorized vec) {
+    backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWalk, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
@@ -191,16 +213,23 @@ __global__ void __launch_bounds__(kBlockThreads)
     warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
     warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
     uint32_t df[kN / 16][4];
+    const bool inner = interior(a, sq, row_w, 16, hi, j0, kN);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
+        float pd;
+        if (inner) {
+          s[nt][e] = plain_score_grad(a, b, h, i, j, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
+                                      dl[e / 2], &pd);
+          continue;
+        }
         const bool valid = i < sq.rows_q && j < hi;
-        float pd, raw;
-        s[nt][e] = score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
-                              dl[e / 2], slope, sq, &pd, &raw);
-        if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = raw;
+        const ScoreGrad g = edge_score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e],
+                                            lse[e / 2], dl[e / 2], slope, sq);
+        s[nt][e] = g.ds;
+        if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
       }
       to_a_fragment<S, kN>(df, nt, s[nt]);
     }
@@ -216,7 +245,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 // group that sees one of them, in order.
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads)
-    backward_dkv_kernel(Args<float, S> a, Vectorized vec) {
+    backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWalk, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
@@ -272,16 +301,27 @@ __global__ void __launch_bounds__(kBlockThreads)
     warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
     warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
     uint32_t pf[kN / 16][4], df[kN / 16][4];
+    // Queries i0 .. i0 + kN - 1 against this warp's 16 keys, the same rule read transposed.
+    const bool inner = a.plain() && i0 + kN <= i_hi && key_w + 16 <= sq.len_kv &&
+                       sdpa_all_visible(a.causal, a.window, i0 + sq.shift, i0 + kN - 1 + sq.shift,
+                                        key_w, key_w + 15);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int q = frag_col(nt, e);
         const int64_t i = i0 + q, j = key_w + frag_row(e);
-        float pd, raw;
-        dpt[nt][e] =
-            score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[nt][e] * a.scale, dpt[nt][e],
-                       lse_s[buf * kN + q], dl_s[buf * kN + q], slope, sq, &pd, &raw);
+        const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
+        float pd;
+        if (inner) {
+          dpt[nt][e] =
+              plain_score_grad(a, b, h, i, j, st[nt][e] * a.scale, dpt[nt][e], lse, dl, &pd);
+        } else {
+          const ScoreGrad g = edge_score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv,
+                                              st[nt][e] * a.scale, dpt[nt][e], lse, dl, slope, sq);
+          dpt[nt][e] = g.ds;
+          pd = g.pd;
+        }
         st[nt][e] = pd;
       }
       to_a_fragment<S, kN>(pf, nt, st[nt]);
@@ -440,7 +480,7 @@ bool cuda_sdpa_tensor_cores() {
   int on = tensor_cores.load();
   if (on < 0) {
     const char* env = std::getenv("TAPEGRAD_CUDA_SDPA_TENSOR_CORES");
-    on = env && std::strcmp(env, "1") == 0 ? 1 : 0;
+    on = env && std::strcmp(env, "0") == 0 ? 0 : 1;
     int expected = -1;
     tensor_cores.compare_exchange_strong(expected, on);
     on = tensor_cores.load();

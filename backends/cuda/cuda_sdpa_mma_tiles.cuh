@@ -162,6 +162,59 @@ __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b,
   }
 }
 
+// The per-element rules. Interior tiles (interior() in cuda_sdpa_mma.cu) need none of them
+// but dropout; the rest run out of line on purpose: inlined at each of a tile's unrolled
+// elements, the rules and Philox's rounds made the kernels 13 to 23 thousand instructions
+// long, and warps spent half their stalls waiting for instruction fetch (Nsight Compute,
+// H100). The kernels take Args as a __grid_constant__ parameter, so these read it in place.
+
+// Whether dropout keeps element (b, h, i, j) (DESIGN §5: the CPU's bits).
+template <class S>
+__device__ __noinline__ bool dropout_keeps(const Args<float, S>& a, int64_t b, int64_t h, int64_t i,
+                                           int64_t j) {
+  return a.keep(b, h, i, j);
+}
+
+// The score of row i and key j from their scaled dot product: -inf outside the tile's real
+// rows and visible keys [.., hi), else Args::score.
+template <class S>
+__device__ __noinline__ float edge_score(const Args<float, S>& a, int64_t b, int64_t h, int64_t i,
+                                         int64_t j, float dot, float slope, SdpaSequence sq,
+                                         int64_t hi) {
+  float t = 0;
+  return i < sq.rows_q && j < hi ? a.score(b, h, i, j, dot, slope, sq, &t) : kNegInf;
+}
+
+// score_grad's three results: dS, the probability after dropout, dS before softcap's factor.
+struct ScoreGrad {
+  float ds, pd, raw;
+};
+template <class S>
+__device__ __noinline__ ScoreGrad edge_score_grad(const Args<float, S>& a, int64_t b, int64_t h,
+                                                  int64_t i, int64_t j, bool valid, float dot,
+                                                  float dp, float lse, float delta, float slope,
+                                                  SdpaSequence sq) {
+  ScoreGrad g;
+  g.ds = score_grad(a, b, h, i, j, valid, dot, dp, lse, delta, slope, sq, &g.pd, &g.raw);
+  return g;
+}
+
+// score_grad where plain() options leave the key visible, `dot` its scaled dot product: P is
+// recomputed as the forward computed it (exp2f), not with the CPU's exp.
+template <class S>
+__device__ __forceinline__ float plain_score_grad(const Args<float, S>& a, int64_t b, int64_t h,
+                                                  int64_t i, int64_t j, float dot, float dp,
+                                                  float lse, float delta, float* pd) {
+  const float p = exp2f((dot - lse) * kLog2e);
+  *pd = p;
+  if (a.dropout_p > 0 && p != 0.0f) {
+    const bool kept = dropout_keeps(a, b, h, i, j);
+    *pd = kept ? p * a.keep_scale : 0.0f;
+    dp = kept ? dp * a.keep_scale : 0.0f;
+  }
+  return p * (dp - delta);
+}
+
 // The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
 // buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.
 // The caller's barrier at the end of each tile keeps a buffer from being refilled while read.
