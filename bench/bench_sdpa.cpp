@@ -4,7 +4,8 @@
 //   bench_sdpa [threads] [cpu|cuda|memory] [--precision fp32|bf16|fp16]   (or --device cuda)
 // On CUDA: the shapes of the SDPA-on-CUDA and tensor-core issues (GQA and head dim 256
 // among them), each timed run ending with a device sync. --precision sets q, k, v's dtype;
-// on CUDA, TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 runs 16-bit inputs on the tensor cores.
+// on CUDA, 16-bit inputs run on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0: the float32
+// kernels on widened copies).
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".

@@ -8,8 +8,8 @@ there).
     python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda] \
         [--precision fp32|bf16|fp16]
 
-On CUDA, TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 in the environment runs tapegrad's 16-bit SDPA on
-the tensor cores. PyTorch is the yardstick only (pip install torch in a virtual environment).
+On CUDA, tapegrad's 16-bit SDPA runs on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in
+the environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only (pip install torch in a virtual environment).
 """
 import subprocess
 import sys

@@ -6,10 +6,10 @@
 #   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|mma|ragged|profile|all]
 # test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
 # against PyTorch; mma: the tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16
-# and float16 with the tensor-core kernels on, against PyTorch's FlashAttention-2; ragged:
+# and float16 (the tensor-core kernels, on by default) against PyTorch's FlashAttention-2; ragged:
 # packed against padded training and paged against contiguous decoding on the GPU; profile:
 # Nsight Compute on one forward and one backward of the SDPA kernels (first benchmark case;
-# PRECISION=bf16 with TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 for the tensor-core ones); all: test,
+# PRECISION=bf16 for the tensor-core ones); all: test,
 # bench, sdpa, mma and ragged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +36,9 @@ if [ "$what" = sdpa ] || [ "$what" = all ]; then
   python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda || status=1
 fi
 if [ "$what" = mma ] || [ "$what" = all ]; then
-  "$build/tests/test_cuda" -tc='*tensor cores*' || status=1  # the cases turn the kernels on
+  "$build/tests/test_cuda" -tc='*tensor cores*' || status=1
   for p in bf16 fp16; do
-    TAPEGRAD_CUDA_SDPA_TENSOR_CORES=1 python3 bench/compare_sdpa_torch.py \
-      "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
+    python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
   done
 fi
 if [ "$what" = ragged ] || [ "$what" = all ]; then

@@ -43,8 +43,13 @@ __device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequ
                           j0 + keys - 1);
 }
 
+// Three blocks per multiprocessor at head dims up to 64 (registers capped at 170): at two
+// (193 registers) the forward ran slower (Nsight Compute, H100: 12.5% occupancy).
+template <int kD>
+constexpr int kForwardBlocks = kD <= 64 ? 3 : 1;
+
 template <class S, int kD>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kForwardKeys<kD>, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
