@@ -9,7 +9,8 @@ there).
         [--precision fp32|bf16|fp16]
 
 On CUDA, tapegrad's 16-bit SDPA runs on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in
-the environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only (pip install torch in a virtual environment).
+the environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only
+(pip install torch in a virtual environment).
 """
 import subprocess
 import sys
