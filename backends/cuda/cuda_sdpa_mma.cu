@@ -81,6 +81,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   mma::cp_async_commit();
 
   const int64_t row_w = i0 + 16 * warp;  // this warp's first row
+  // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
+  // exp2f of a difference; a row's maximum m is -inf until it sees a key.
+  const float scale_log2 = a.scale * kLog2e;
   float o[kD / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   for (int64_t it = 0; it < n_tiles; ++it) {
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[nt][e] *= a.scale;
+          s[nt][e] *= scale_log2;
           mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
         }
       }
@@ -104,35 +107,43 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[nt][e] = edge_score(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e),
-                                s[nt][e] * a.scale, slope, sq, hi);
+          s[nt][e] = kLog2e * edge_score(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e),
+                                         s[nt][e] * a.scale, slope, sq, hi);
           mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
         }
       }
     }
-    float alpha[2];
+    float alpha[2], base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = m_new == kNegInf ? 1.0f : exp2f((m[r] - m_new) * kLog2e);  // 0 while m = -inf
+      alpha[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);  // 0 while m = -inf
+      base[r] = m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2f(-inf) is 0
       m[r] = m_new;
       l[r] *= alpha[r];
     }
-    uint32_t pf[kN / 16][4];
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        float p = s[nt][e] == kNegInf ? 0.0f : exp2f((s[nt][e] - m[r]) * kLog2e);
-        l[r] += p;
-        if (a.dropout_p > 0 && p != 0.0f)
-          p = dropout_keeps(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e)) ? p * a.keep_scale
-                                                                                : 0.0f;
-        s[nt][e] = p;
+        s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
+        l[e / 2] += s[nt][e];
       }
-      to_a_fragment<S, kN>(pf, nt, s[nt]);
     }
+    if (a.dropout_p > 0) {  // after the row sums: the statistics are dropout's input
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (s[nt][e] == 0.0f) continue;
+          const bool kept = dropout_keeps(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e));
+          s[nt][e] = kept ? s[nt][e] * a.keep_scale : 0.0f;
+        }
+      }
+    }
+    uint32_t pf[kN / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf, nt, s[nt]);
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
 #pragma unroll
@@ -154,7 +165,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = row_w + frag_row(2 * r);
-      if (i < sq.rows_q) a.stat(b, h, sq.q0 + i) = l[r] > 0 ? m[r] + logf(l[r]) : kNegInf;
+      if (i < sq.rows_q) a.stat(b, h, sq.q0 + i) = l[r] > 0 ? m[r] * kLn2 + logf(l[r]) : kNegInf;
     }
   }
 }
@@ -209,6 +220,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     lse[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
     dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
   }
+  const float scale_log2 = a.scale * kLog2e, lse_log2[2] = {lse[0] * kLog2e, lse[1] * kLog2e};
   float dq[kD / 8][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
@@ -219,25 +231,37 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
     uint32_t df[kN / 16][4];
     const bool inner = interior(a, sq, row_w, 16, hi, j0, kN);
+    if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
+      for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
-        float pd;
-        if (inner) {
-          s[nt][e] = plain_score_grad(a, b, h, i, j, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
-                                      dl[e / 2], &pd);
-          continue;
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2f(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
+          s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
         }
-        const bool valid = i < sq.rows_q && j < hi;
-        const ScoreGrad g = edge_score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e],
-                                            lse[e / 2], dl[e / 2], slope, sq);
-        s[nt][e] = g.ds;
-        if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
       }
-      to_a_fragment<S, kN>(df, nt, s[nt]);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
+          if (inner) {
+            float pd;
+            s[nt][e] = plain_score_grad(a, b, h, i, j, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
+                                        dl[e / 2], &pd);
+            continue;
+          }
+          const bool valid = i < sq.rows_q && j < hi;
+          const ScoreGrad g = edge_score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e],
+                                              lse[e / 2], dl[e / 2], slope, sq);
+          s[nt][e] = g.ds;
+          if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
+        }
+      }
     }
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
     warp_pv<S, kD, kN>(df, Ks + buf * kN * kP, dq);
     __syncthreads();
   }
@@ -294,6 +318,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   mma::cp_async_commit();
 
   const int64_t key_w = j0 + 16 * warp;  // this warp's first key
+  const float scale_log2 = a.scale * kLog2e;
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
@@ -310,25 +335,43 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     const bool inner = a.plain() && i0 + kN <= i_hi && key_w + 16 <= sq.len_kv &&
                        sdpa_all_visible(a.causal, a.window, i0 + sq.shift, i0 + kN - 1 + sq.shift,
                                         key_w, key_w + 15);
+    if (inner && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = frag_col(nt, e);
+          const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
+          const float p = exp2f(fmaf(st[nt][e], scale_log2, -lse * kLog2e));
+          dpt[nt][e] = p * (dpt[nt][e] - dl);
+          st[nt][e] = p;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = frag_col(nt, e);
+          const int64_t i = i0 + q, j = key_w + frag_row(e);
+          const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
+          float pd;
+          if (inner) {
+            dpt[nt][e] =
+                plain_score_grad(a, b, h, i, j, st[nt][e] * a.scale, dpt[nt][e], lse, dl, &pd);
+          } else {
+            const ScoreGrad g =
+                edge_score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[nt][e] * a.scale,
+                                dpt[nt][e], lse, dl, slope, sq);
+            dpt[nt][e] = g.ds;
+            pd = g.pd;
+          }
+          st[nt][e] = pd;
+        }
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int q = frag_col(nt, e);
-        const int64_t i = i0 + q, j = key_w + frag_row(e);
-        const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
-        float pd;
-        if (inner) {
-          dpt[nt][e] =
-              plain_score_grad(a, b, h, i, j, st[nt][e] * a.scale, dpt[nt][e], lse, dl, &pd);
-        } else {
-          const ScoreGrad g = edge_score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv,
-                                              st[nt][e] * a.scale, dpt[nt][e], lse, dl, slope, sq);
-          dpt[nt][e] = g.ds;
-          pd = g.pd;
-        }
-        st[nt][e] = pd;
-      }
       to_a_fragment<S, kN>(pf, nt, st[nt]);
       to_a_fragment<S, kN>(df, nt, dpt[nt]);
     }

@@ -27,6 +27,7 @@ constexpr int kPitch = kD + 8;  // a shared row: 16 bytes more than kD values
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
 // of 8 elements, 16-byte aligned data, widths multiples of 8.
@@ -58,14 +59,30 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
                                           bool vec) {
   constexpr int kP = kPitch<kD>;
   if (vec) {
-    constexpr int kChunks = kD / 8;
-    for (int idx = threadIdx.x; idx < kN * kChunks; idx += kBlockThreads) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      const int64_t row = row0 + r;
-      const bool valid = row < row_end && c * 8 < width;
-      const S* src = valid ? base + (at ? at[row] : row) * st[2] + c * 8 : base;
-      mma::cp_async_16(dst + r * kP + c * 8, src, valid);
-    }
+    // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the
+    // index arithmetic is done once, not per chunk (it was most of the forward's per-tile
+    // instructions); `at` is tested outside the unrolled copies.
+    constexpr int kChunks = kD / 8, kStride = kBlockThreads / kChunks;
+    static_assert(kBlockThreads % kChunks == 0 && kN % kStride == 0);
+    const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+    const bool col = c * 8 < width;
+    const S* src_col = base + c * 8;
+    S* dst_col = dst + r0 * kP + c * 8;
+    const auto copy = [&](auto indexed) {
+#pragma unroll
+      for (int k = 0; k < kN / kStride; ++k) {
+        const int64_t row = row0 + r0 + k * kStride;
+        const bool valid = col && row < row_end;
+        int64_t src_row = row;
+        if constexpr (decltype(indexed)::value) src_row = valid ? at[row] : 0;
+        mma::cp_async_16(dst_col + k * kStride * kP, valid ? src_col + src_row * st[2] : base,
+                         valid);
+      }
+    };
+    if (at)
+      copy(std::true_type{});
+    else
+      copy(std::false_type{});
   } else {
     for (int idx = threadIdx.x; idx < kN * kD; idx += kBlockThreads) {
       const int r = idx / kD, d = idx % kD;
