@@ -43,8 +43,9 @@ __device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequ
                           j0 + keys - 1);
 }
 
-// Three blocks per multiprocessor at head dims up to 64 (registers capped at 168): at two
-// (193 registers) the forward ran 20% slower (H100: 12.5% occupancy against 18.5%).
+// Three blocks per multiprocessor at head dims up to 64 for the forward and the dQ pass
+// (registers capped at 168): at two (193 and 242 registers) they ran 20% slower (H100:
+// 12.5% occupancy against 18.5%).
 template <int kD>
 constexpr int kBlocksPerSM = kD <= 64 ? 3 : 1;
 
@@ -272,8 +273,10 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
 
 // dK and dV: the block's 64 key rows against every query tile of every query head of the
 // group that sees one of them, in order.
+// Uncapped (246 registers at D 64, two blocks per SM): capped at three blocks it spilled
+// 224 bytes and ran 5% slower (H100, bfloat16, D 64).
 template <class S, int kD>
-__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
+__global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWalk, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   S* Vs = Ks + kRows * kP;
   S* Qs = Vs + kRows * kP;  // two buffers of kN rows each
   S* dOs = Qs + 2 * kN * kP;
-  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN (log2 units)
   float* dl_s = lse_s + 2 * kN;
   const int warp = threadIdx.x / 32;
   const int64_t tiles = (a.Skv + kRows - 1) / kRows, blk = blockIdx.x;
@@ -310,7 +313,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     const int64_t row_base = (b * a.Hq + h) * a.Sq;
     for (int r = threadIdx.x; r < kN; r += kBlockThreads) {
       const bool in = i0 + r < sq.rows_q;
-      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) : kNegInf;
+      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;  // log2 units
       dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
     }
   };
@@ -338,12 +341,14 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     if (inner && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
+        // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
+        const int q = frag_col(nt, 0);
+        const float2 lse = *reinterpret_cast<const float2*>(lse_s + buf * kN + q);
+        const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int q = frag_col(nt, e);
-          const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
-          const float p = exp2f(fmaf(st[nt][e], scale_log2, -lse * kLog2e));
-          dpt[nt][e] = p * (dpt[nt][e] - dl);
+          const float p = exp2f(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
+          dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
           st[nt][e] = p;
         }
       }
@@ -354,7 +359,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
         for (int e = 0; e < 4; ++e) {
           const int q = frag_col(nt, e);
           const int64_t i = i0 + q, j = key_w + frag_row(e);
-          const float lse = lse_s[buf * kN + q], dl = dl_s[buf * kN + q];
+          const float lse = lse_s[buf * kN + q] * kLn2, dl = dl_s[buf * kN + q];
           float pd;
           if (inner) {
             dpt[nt][e] =
