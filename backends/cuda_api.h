@@ -25,8 +25,8 @@ void cuda_empty_cache();
 void cuda_poison_allocations(bool on);
 
 // Whether bfloat16 and float16 SDPA runs the tensor-core kernels (mma.sync, float32 sums and
-// statistics; compute capability 8.0 and later, head dims up to 256 forward and 128 backward)
-// instead of the float32 kernels on widened copies. On unless the environment variable
+// statistics; compute capability 8.0 and later, head dims up to 256) instead of the float32
+// kernels on widened copies. On unless the environment variable
 // TAPEGRAD_CUDA_SDPA_TENSOR_CORES is "0" (docs/PERFORMANCE.md, "Tensor-core SDPA"); the
 // float32 route stays for comparison and for devices before compute capability 8.0. Always
 // false in a build without CUDA.

@@ -7,7 +7,9 @@
 // each warp 16 of them, and walks the visible key tiles; no softmax reduction crosses warps.
 // The dK/dV pass: the block takes 64 key rows, each warp 16, and walks the query tiles of
 // every query head of its group in order, so dK and dV are summed without atomics and the
-// backward is deterministic (dQ has its own pass: S and dP are recomputed there). The next
+// backward is deterministic (dQ has its own pass: S and dP are recomputed there; above head
+// dim 128 dV and dK have a pass each). Head dims up to 256, walked tiles of 32 rows above 128.
+// The next
 // tile of the walked side is copied into shared memory with cp.async while this one is
 // multiplied; shared rows are padded by 16 bytes, so the eight rows an ldmatrix reads fall in
 // distinct banks. Rows whose strides do not allow 16-byte copies are loaded element by
@@ -180,7 +182,7 @@ __global__ void delta_kernel(Args<float, S> a) {
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kWalk, kP = kPitch<kD>;
+  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* dOs = Qs + kRows * kP;
@@ -271,14 +273,19 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
 }
 
+// Which gradients a dK/dV pass sums: both, or at head dims above 128 one per pass (two
+// accumulators of 256 columns per thread do not fit in registers).
+enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
+
 // dK and dV: the block's 64 key rows against every query tile of every query head of the
 // group that sees one of them, in order.
 // Uncapped (246 registers at D 64, two blocks per SM): capped at three blocks it spilled
 // 224 bytes and ran 5% slower (H100, bfloat16, D 64).
-template <class S, int kD>
+template <class S, int kD, DkvPart kPart>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kWalk, kP = kPitch<kD>;
+  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<kD>;
+  constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
   S* Vs = Ks + kRows * kP;
@@ -294,8 +301,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
   load_rows<S, kD, kRows>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
                           vec.k);
-  load_rows<S, kD, kRows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
-                          vec.v);
+  if constexpr (kWantK)  // V is read only for dP, which only dK needs
+    load_rows<S, kD, kRows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
+                            vec.v);
   // Query rows that can see some key of [j0, j_last].
   const int64_t j_last = min(j0 + kRows, sq.rows_kv) - 1;
   const IndexRange rows =
@@ -322,7 +330,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const int64_t key_w = j0 + 16 * warp;  // this warp's first key
   const float scale_log2 = a.scale * kLog2e;
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  float dk[kWantK ? kD / 8 : 1][4] = {}, dv[kWantV ? kD / 8 : 1][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
@@ -332,7 +340,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const S* dOb = dOs + buf * kN * kP;
     float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
     warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
-    warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
+    if constexpr (kWantK) warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
     uint32_t pf[kN / 16][4], df[kN / 16][4];
     // Queries i0 .. i0 + kN - 1 against this warp's 16 keys, the same rule read transposed.
     const bool inner = a.plain() && i0 + kN <= i_hi && key_w + 16 <= sq.len_kv &&
@@ -375,29 +383,34 @@ __global__ void __launch_bounds__(kBlockThreads)
         }
       }
     }
+    if constexpr (kWantV) {  // dV += Pd^T dO
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-      to_a_fragment<S, kN>(pf, nt, st[nt]);
-      to_a_fragment<S, kN>(df, nt, dpt[nt]);
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf, nt, st[nt]);
+      warp_pv<S, kD, kN>(pf, dOb, dv);
     }
-    warp_pv<S, kD, kN>(pf, dOb, dv);  // dV += Pd^T dO
-    warp_pv<S, kD, kN>(df, Qb, dk);   // dK += dS^T Q (scaled at the end)
+    if constexpr (kWantK) {  // dK += dS^T Q (scaled at the end)
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, dpt[nt]);
+      warp_pv<S, kD, kN>(df, Qb, dk);
+    }
     __syncthreads();
   }
   mma::cp_async_wait<0>();
   const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
-  store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
-  store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
+  if constexpr (kWantK)
+    store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
+  if constexpr (kWantV)
+    store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
 }
 
 // Shared memory of each kernel at tile width kD, in bytes.
 template <class S, int kD>
 constexpr size_t smem_forward = (kRows + 4 * kForwardKeys<kD>)*kPitch<kD> * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_dq = (2 * kRows + 4 * kWalk) * kPitch<kD> * sizeof(S);
+constexpr size_t smem_dq = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<kD> * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_dkv = (2 * kRows + 4 * kWalk) * kPitch<kD> * sizeof(S) +
-                            4 * kWalk * sizeof(float);
+constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<kD> * sizeof(S) +
+                            4 * kBackwardWalk<kD> * sizeof(float);
 
 bool vectorizable(const View& v, int64_t width) {
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % 8 != 0) return false;
@@ -428,9 +441,8 @@ int shared_optin(int device) {
 }
 
 // Calls f(std::integral_constant<int, tile width>) for the smallest tile width of
-// {32, 64, 128, 256}, up to kMax, that holds head dim `dim`; false when none does. (Widths
-// above kMax are not instantiated: the backward's accumulators would not fit in registers.)
-template <int kMax, class F>
+// {32, 64, 128, 256} that holds head dim `dim`; false when none does.
+template <class F>
 bool with_width(int64_t dim, F&& f) {
   if (dim <= 32) {
     f(std::integral_constant<int, 32>{});
@@ -438,8 +450,7 @@ bool with_width(int64_t dim, F&& f) {
     f(std::integral_constant<int, 64>{});
   } else if (dim <= 128) {
     f(std::integral_constant<int, 128>{});
-  } else if constexpr (kMax >= 256) {
-    if (dim > 256) return false;
+  } else if (dim <= 256) {
     f(std::integral_constant<int, 256>{});
   } else {
     return false;
@@ -462,7 +473,7 @@ bool forward_typed(int device, const SdpaParams& p) {
   const Vectorized vec = vectorized(p, View{});
   const int optin = shared_optin(device);
   bool fits = false;
-  const bool any = with_width<256>(std::max(a.Dqk, a.Dv), [&](auto width) {
+  const bool any = with_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
     constexpr size_t smem = smem_forward<S, kD>;
     if (smem > static_cast<size_t>(optin)) return;
@@ -481,7 +492,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   const Vectorized vec = vectorized(p, dout);
   const int optin = shared_optin(device);
   bool fits = false;
-  const bool any = with_width<128>(std::max(a.Dqk, a.Dv), [&](auto width) {
+  const bool any = with_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
     constexpr size_t smem = std::max(smem_dq<S, kD>, smem_dkv<S, kD>);
     if (smem > static_cast<size_t>(optin)) return;
@@ -498,9 +509,16 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
              s, a, vec, "sdpa mma backward dq kernel");
     }
     const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
-    if (kv_blocks)
-      launch(backward_dkv_kernel<S, kD>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+    if (kv_blocks == 0) return;
+    if constexpr (kD > 128) {
+      launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+             "sdpa mma backward dv kernel");
+      launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+             "sdpa mma backward dk kernel");
+    } else {
+      launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
              "sdpa mma backward dk/dv kernel");
+    }
   });
   return any && fits;
 }

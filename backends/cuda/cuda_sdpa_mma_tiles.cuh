@@ -23,6 +23,8 @@ constexpr int kWalk = 64;           // rows of a walked tile, but for head dims 
 template <int kD>
 constexpr int kForwardKeys = kD > 128 ? 32 : kWalk;  // ... whose forward walks 32 keys
 template <int kD>
+constexpr int kBackwardWalk = kD > 128 ? 32 : kWalk;  // ... and backward 32 query rows
+template <int kD>
 constexpr int kPitch = kD + 8;  // a shared row: 16 bytes more than kD values
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
