@@ -34,7 +34,7 @@ struct TensorCores {
 
 double unit(DType dt) { return dt == kBFloat16 ? 0x1p-8 : 0x1p-11; }
 
-void check_close(const char* what, const Tensor& cpu, const Tensor& gpu, double tol) {
+void check_close(const std::string& what, const Tensor& cpu, const Tensor& gpu, double tol) {
   const double err = tgtest::rel_error(gpu.to(kCPU), cpu);
   INFO(what << ": error " << err << " of the largest element, allowed " << tol);
   CHECK(err <= tol);
@@ -70,12 +70,12 @@ void check_bounded(const std::string& what, const Tensor& cpu, const Tensor& gpu
 
 // (B, Hk, S, D) rows seen by each of the Hq query heads: (B, Hq, S, D).
 Tensor per_query_head(const Tensor& x, int64_t Hq) {
-  const Shape s = x.sizes();
+  const Shape& s = x.sizes();
   return x.unsqueeze(2).expand({s[0], s[1], Hq / s[1], s[2], s[3]}).reshape({s[0], Hq, s[2], s[3]});
 }
 // (B, Hq, S, D) summed over each key/value head's group: (B, Hk, S, D).
 Tensor per_kv_head(const Tensor& x, int64_t Hk) {
-  const Shape s = x.sizes();
+  const Shape& s = x.sizes();
   return sum(x.reshape({s[0], Hk, s[1] / Hk, s[2], s[3]}), {2});
 }
 
@@ -120,7 +120,7 @@ enum class Layout { Contiguous, Strided, Misaligned };
 // (B, H, S, D) (16-byte copies still apply); or one element past a 16-byte boundary with an
 // odd row stride (element loads).
 Tensor on_device(const Tensor& x, DType dt, Layout layout) {
-  const Tensor g = x.to(dt).to(kCUDA);
+  Tensor g = x.to(dt).to(kCUDA);  // not const: returned by move
   if (layout == Layout::Strided) return g.transpose(1, 2).contiguous().transpose(1, 2);
   if (layout == Layout::Misaligned) {
     Shape pad = g.sizes();

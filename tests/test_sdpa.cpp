@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "backends/sdpa_params.h"
 #include "sdpa_random.h"
 #include "test_util.h"
 
@@ -532,4 +533,35 @@ TEST_CASE("bad input gets an [sdpa] error") {
         sdpa_backward(q, k, v, out, ones({1, 4, 3, 5}), stats);
       },
       "[sdpa_backward]", "'dout'");
+}
+
+TEST_CASE("sdpa_all_visible: a tile is all visible exactly when each of its pairs is") {
+  // The GPU kernels skip the per-element rules on such tiles (backends/cuda/cuda_sdpa_mma.cu).
+  int all = 0, some = 0;
+  for (bool causal : {false, true}) {
+    for (int64_t window : {0, 1, 2, 5}) {
+      for (int64_t ia = -3; ia <= 8; ++ia) {
+        for (int64_t rows = 1; rows <= 4; ++rows) {
+          for (int64_t j = 0; j <= 10; ++j) {
+            for (int64_t keys = 1; keys <= 4; ++keys) {
+              bool each = true;
+              for (int64_t r = ia; r < ia + rows; ++r)
+                for (int64_t c = j; c < j + keys; ++c)
+                  each = each && sdpa_visible(causal, window, r, c);
+              CAPTURE(causal);
+              CAPTURE(window);
+              CAPTURE(ia);
+              CAPTURE(rows);
+              CAPTURE(j);
+              CAPTURE(keys);
+              CHECK(sdpa_all_visible(causal, window, ia, ia + rows - 1, j, j + keys - 1) == each);
+              (each ? all : some) += 1;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(all > 100);  // both answers are exercised
+  CHECK(some > 100);
 }

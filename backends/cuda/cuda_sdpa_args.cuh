@@ -46,11 +46,8 @@ struct Args {
   // Dropout's draw for sequence b's row i and key j: their place in the padded (B, Hq, Sq, Skv)
   // layout in either layout (DESIGN §4).
   __device__ bool keep(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return sdpa_keep(seed, offset, dropout_index(b, h, i, j), dropout_p);
-  }
-  // The element's position in the dropout stream: its index in the padded (B, Hq, Sq, Skv).
-  __device__ uint64_t dropout_index(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
+    const uint64_t linear = ((static_cast<uint64_t>(b) * Hq + h) * Sq + i) * Skv + j;
+    return sdpa_keep(seed, offset, linear, dropout_p);
   }
   // The final score of sequence b's row i and key j of head h (indices within the sequence)
   // from its scaled dot product: -inf where causal, window, padding or a boolean mask hide the

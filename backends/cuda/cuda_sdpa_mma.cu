@@ -9,11 +9,11 @@
 // every query head of its group in order, so dK and dV are summed without atomics and the
 // backward is deterministic (dQ has its own pass: S and dP are recomputed there; above head
 // dim 128 dV and dK have a pass each). Head dims up to 256, walked tiles of 32 rows above 128.
-// The next
-// tile of the walked side is copied into shared memory with cp.async while this one is
-// multiplied; shared rows are padded by 16 bytes, so the eight rows an ldmatrix reads fall in
-// distinct banks. Rows whose strides do not allow 16-byte copies are loaded element by
-// element into the same layout.
+// The next tile of the walked side is copied into shared memory with cp.async while this one
+// is multiplied; shared rows are padded by 16 bytes, so the eight rows an ldmatrix reads fall
+// in distinct banks. Rows whose strides do not allow 16-byte copies are loaded element by
+// element into the same layout. Tiles whose keys are all real and visible under options
+// without per-element rules (interior()) skip Args::score; the rules run out of line.
 //
 // P (and dS) are rounded to the 16-bit type for the second product of each pair, as
 // FlashAttention-2 does; the row sums use the float32 values.
@@ -279,8 +279,8 @@ enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
 
 // dK and dV: the block's 64 key rows against every query tile of every query head of the
 // group that sees one of them, in order.
-// Uncapped (246 registers at D 64, two blocks per SM): capped at three blocks it spilled
-// 224 bytes and ran 5% slower (H100, bfloat16, D 64).
+// Uncapped (about 250 registers at D 64, two blocks per SM): capped at three blocks it
+// spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
 template <class S, int kD, DkvPart kPart>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
