@@ -6,11 +6,11 @@
 #   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|mma|ragged|profile|all]
 # test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
 # against PyTorch; mma: the tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16
-# and float16 (the tensor-core kernels, on by default) against PyTorch's FlashAttention-2; ragged:
-# packed against padded training and paged against contiguous decoding on the GPU; profile:
-# Nsight Compute on one forward and one backward of the SDPA kernels (first benchmark case;
-# PRECISION=bf16 for the tensor-core ones); all: test,
-# bench, sdpa, mma and ragged.
+# and float16 (the tensor-core kernels, on by default) against PyTorch's FlashAttention-2;
+# ragged: packed against padded training and paged against contiguous decoding on the GPU;
+# profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
+# benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
+# ragged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/gpu}
