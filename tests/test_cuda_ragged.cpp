@@ -104,6 +104,38 @@ nn::TransformerConfig small_config() {
   return {.vocab = 37, .d_model = 32, .layers = 2, .heads = 4, .kv_heads = 2};
 }
 
+// A paged call in dtype dt: pools of `blocks` blocks of `block` keys (Hk = 2 heads, D = 64),
+// a (B, pages) block table, the B sequences' key counts, ragged queries (Hq = 4) at offsets
+// cu_q, causal bottom-right; the CPU's options and the device's.
+struct PagedCall {
+  Tensor k_pool, v_pool, q, table, lengths;
+  SdpaOptions cpu, gpu;
+  SdpaResult on_cpu() const { return sdpa_paged(q, k_pool, v_pool, table, lengths, cpu); }
+  // Without gradients: the kernel reads the blocks in place (SdpaParams::kv_rows).
+  SdpaResult in_place_on_gpu() const {
+    NoGradGuard no_grad;
+    return sdpa_paged(q.to(kCUDA), k_pool.to(kCUDA), v_pool.to(kCUDA), table.to(kCUDA),
+                      lengths.to(kCUDA), gpu);
+  }
+};
+
+PagedCall paged_call(DType dt, int64_t block, int64_t blocks, const std::vector<int64_t>& table,
+                     const std::vector<int64_t>& lengths, const std::vector<int64_t>& cu_q) {
+  const int64_t B = static_cast<int64_t>(lengths.size()), Hq = 4, Hk = 2, D = 64;
+  PagedCall c;
+  c.k_pool = tgtest::rnd({blocks, block, Hk, D}, 1).to(dt);
+  c.v_pool = tgtest::rnd({blocks, block, Hk, D}, 2).to(dt);
+  c.q = tgtest::rnd({cu_q.back(), Hq, D}, 3).to(dt);
+  c.table = from_vector(table, {B, static_cast<int64_t>(table.size()) / B});
+  c.lengths = from_vector(lengths, {B});
+  c.cpu.causal = true;
+  c.cpu.causal_align = CausalAlign::BottomRight;
+  c.cpu.cu_seqlens_q = from_vector(cu_q, {B + 1});
+  c.gpu = c.cpu;
+  c.gpu.cu_seqlens_q = c.cpu.cu_seqlens_q->to(kCUDA);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("ragged sdpa: CUDA against CPU over random configurations, outputs poisoned") {
@@ -144,22 +176,9 @@ TEST_CASE("ragged and paged sdpa on the tensor cores: 16-bit against the CPU") {
     compare_devices(c, call, dt, 4 * u, 8 * u);
   }
   // Two sequences of 9 and 70 keys in blocks of 16 of a shuffled pool, 1 and 3 new queries.
-  const int64_t block = 16, blocks = 8, pages = 5, Hq = 4, Hk = 2, D = 64;
-  const std::vector<int64_t> table{6, -1, -1, -1, -1, 3, 0, 7, 2, 5}, lengths{9, 70};
-  const Tensor k_pool = tgtest::rnd({blocks, block, Hk, D}, 1).to(kBFloat16);
-  const Tensor v_pool = tgtest::rnd({blocks, block, Hk, D}, 2).to(kBFloat16);
-  const Tensor q = tgtest::rnd({4, Hq, D}, 3).to(kBFloat16);
-  const Tensor t = from_vector(table, {2, pages}), len = from_vector(lengths, {2});
-  SdpaOptions o;
-  o.causal = true;
-  o.causal_align = CausalAlign::BottomRight;
-  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 1, 4}, {3});
-  SdpaOptions og = o;
-  og.cu_seqlens_q = o.cu_seqlens_q->to(kCUDA);
-  const SdpaResult want = sdpa_paged(q, k_pool, v_pool, t, len, o);
-  NoGradGuard no_grad;  // the in-place read (SdpaParams::kv_rows)
-  const SdpaResult got =
-      sdpa_paged(q.to(kCUDA), k_pool.to(kCUDA), v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+  const PagedCall paged =
+      paged_call(kBFloat16, 16, 8, {6, -1, -1, -1, -1, 3, 0, 7, 2, 5}, {9, 70}, {0, 1, 4});
+  const SdpaResult want = paged.on_cpu(), got = paged.in_place_on_gpu();
   compare("paged out, in place", want.out, got.out, 0x1p-6);
   compare("paged stats, in place", want.stats, got.stats, 1e-5);
   set_cuda_sdpa_tensor_cores(was);
@@ -168,7 +187,7 @@ TEST_CASE("ragged and paged sdpa on the tensor cores: 16-bit against the CPU") {
 TEST_CASE("sdpa_paged on CUDA: blocks read in place and gathered, as the CPU reads them") {
   // Three sequences of 0, 5 and 37 keys in blocks of 4 placed in a shuffled pool; ragged
   // queries (1, 3 and 2 new rows), causal bottom-right, GQA, ALiBi.
-  const int64_t block = 4, blocks = 16, pages = 10, Hq = 4, Hk = 2, D = 64;
+  const int64_t block = 4, blocks = 16, pages = 10;
   std::mt19937_64 rng(5);
   std::vector<int64_t> order(blocks);
   std::iota(order.begin(), order.end(), 0);
@@ -178,31 +197,23 @@ TEST_CASE("sdpa_paged on CUDA: blocks read in place and gathered, as the CPU rea
   size_t next = 0;
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t p = 0; p * block < lengths[b]; ++p) table[b * pages + p] = order[next++];
-  const Tensor k_pool = tgtest::rnd({blocks, block, Hk, D}, 1).to(kFloat32);
-  const Tensor v_pool = tgtest::rnd({blocks, block, Hk, D}, 2).to(kFloat32);
-  const Tensor q = tgtest::rnd({6, Hq, D}, 3).to(kFloat32);
-  const Tensor t = from_vector(table, {3, pages}), len = from_vector(lengths, {3});
-  SdpaOptions o;
-  o.causal = true;
-  o.causal_align = CausalAlign::BottomRight;
-  o.alibi = true;
-  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 1, 4, 6}, {4});
-  SdpaOptions og = o;
-  og.cu_seqlens_q = o.cu_seqlens_q->to(kCUDA);
-  const SdpaResult want = sdpa_paged(q, k_pool, v_pool, t, len, o);
+  PagedCall paged = paged_call(kFloat32, block, blocks, table, lengths, {0, 1, 4, 6});
+  paged.cpu.alibi = paged.gpu.alibi = true;
+  const SdpaResult want = paged.on_cpu();
   {
-    NoGradGuard no_grad;  // the in-place read (SdpaParams::kv_rows)
-    const SdpaResult got =
-        sdpa_paged(q.to(kCUDA), k_pool.to(kCUDA), v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+    const SdpaResult got = paged.in_place_on_gpu();
     compare("out, in place", want.out, got.out, 2e-5);
     compare("stats, in place", want.stats, got.stats, 2e-5);
   }
   // With gradients: gathered, the pools' gradient flowing back through the gather.
-  Tensor kc = k_pool.detach().requires_grad_(), kg = k_pool.to(kCUDA).requires_grad_();
-  const Tensor w = tgtest::rnd({6, Hq, D}, 4).to(kFloat32);
-  sum(mul(sdpa_paged(q, kc, v_pool, t, len, o).out, w)).backward();
+  const Tensor& q = paged.q;
+  const Tensor& t = paged.table;
+  const Tensor& len = paged.lengths;
+  Tensor kc = paged.k_pool.detach().requires_grad_(), kg = paged.k_pool.to(kCUDA).requires_grad_();
+  const Tensor w = tgtest::rnd(q.sizes(), 4).to(kFloat32);
+  sum(mul(sdpa_paged(q, kc, paged.v_pool, t, len, paged.cpu).out, w)).backward();
   const SdpaResult got =
-      sdpa_paged(q.to(kCUDA), kg, v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), og);
+      sdpa_paged(q.to(kCUDA), kg, paged.v_pool.to(kCUDA), t.to(kCUDA), len.to(kCUDA), paged.gpu);
   sum(mul(got.out, w.to(kCUDA))).backward();
   compare("out, gathered", want.out, got.out, 2e-5);
   compare("k_pool gradient", kc.grad(), kg.grad(), 1e-4);

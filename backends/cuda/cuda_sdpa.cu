@@ -311,15 +311,8 @@ template <class F>
 void with_per_lane(int64_t dim, F&& f) {
   TG_CHECK(dim <= kMaxHeadDim, "sdpa", "the CUDA kernels take head dims up to ", kMaxHeadDim,
            ", got ", dim);
-  if (dim <= 32) {
-    f(std::integral_constant<int, 1>{});
-  } else if (dim <= 64) {
-    f(std::integral_constant<int, 2>{});
-  } else if (dim <= 128) {
-    f(std::integral_constant<int, 4>{});
-  } else {
-    f(std::integral_constant<int, 8>{});
-  }
+  with_head_width(
+      dim, [&](auto width) { f(std::integral_constant<int, decltype(width)::value / 32>{}); });
 }
 
 unsigned blocks_for_rows(int64_t rows) {

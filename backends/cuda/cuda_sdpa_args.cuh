@@ -3,6 +3,7 @@
 // per-element masking rules of sdpa_params.h, and small warp helpers.
 #pragma once
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/scalar_ops.h"
@@ -148,6 +149,24 @@ __device__ __forceinline__ void delta_row(const Args<float, S>& a, int64_t row, 
            static_cast<float>(a.o[at4(a.os, b, h, sq.q0 + i, d)]);
   acc = warp_sum(acc);
   if (lane == 0) a.delta[row] = acc;
+}
+
+// Calls f(std::integral_constant<int, width>) for the smallest of the kernels' head-dim
+// widths {32, 64, 128, 256} that holds head dim `dim`; false when none does.
+template <class F>
+bool with_head_width(int64_t dim, F&& f) {
+  if (dim <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (dim <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else if (dim <= 128) {
+    f(std::integral_constant<int, 128>{});
+  } else if (dim <= 256) {
+    f(std::integral_constant<int, 256>{});
+  } else {
+    return false;
+  }
+  return true;
 }
 
 template <class T, class S = T>

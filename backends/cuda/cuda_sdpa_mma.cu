@@ -342,10 +342,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
     if constexpr (kWantK) warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
     uint32_t pf[kN / 16][4], df[kN / 16][4];
-    // Queries i0 .. i0 + kN - 1 against this warp's 16 keys, the same rule read transposed.
-    const bool inner = a.plain() && i0 + kN <= i_hi && key_w + 16 <= sq.len_kv &&
-                       sdpa_all_visible(a.causal, a.window, i0 + sq.shift, i0 + kN - 1 + sq.shift,
-                                        key_w, key_w + 15);
+    // Queries i0 .. i0 + kN - 1 against this warp's 16 keys (rows past i_hi see none of them,
+    // so sdpa_all_visible fails for a tile holding one).
+    const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
     if (inner && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
@@ -440,24 +439,6 @@ int shared_optin(int device) {
   return optin;
 }
 
-// Calls f(std::integral_constant<int, tile width>) for the smallest tile width of
-// {32, 64, 128, 256} that holds head dim `dim`; false when none does.
-template <class F>
-bool with_width(int64_t dim, F&& f) {
-  if (dim <= 32) {
-    f(std::integral_constant<int, 32>{});
-  } else if (dim <= 64) {
-    f(std::integral_constant<int, 64>{});
-  } else if (dim <= 128) {
-    f(std::integral_constant<int, 128>{});
-  } else if (dim <= 256) {
-    f(std::integral_constant<int, 256>{});
-  } else {
-    return false;
-  }
-  return true;
-}
-
 template <class K, class S>
 void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const Args<float, S>& a,
             const Vectorized& vec, const char* name) {
@@ -473,7 +454,7 @@ bool forward_typed(int device, const SdpaParams& p) {
   const Vectorized vec = vectorized(p, View{});
   const int optin = shared_optin(device);
   bool fits = false;
-  const bool any = with_width(std::max(a.Dqk, a.Dv), [&](auto width) {
+  const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
     constexpr size_t smem = smem_forward<S, kD>;
     if (smem > static_cast<size_t>(optin)) return;
@@ -492,7 +473,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   const Vectorized vec = vectorized(p, dout);
   const int optin = shared_optin(device);
   bool fits = false;
-  const bool any = with_width(std::max(a.Dqk, a.Dv), [&](auto width) {
+  const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
     constexpr size_t smem = std::max(smem_dq<S, kD>, smem_dkv<S, kD>);
     if (smem > static_cast<size_t>(optin)) return;
