@@ -62,7 +62,7 @@ template <class T>
 void forward_typed(const SdpaParams& p) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
-  const int64_t skv_p = round_to_lanes<T>(Skv), dv_p = round_to_lanes<T>(Dv);
+  const int64_t skv_p = packed_stride<T>(Skv), dv_p = packed_stride<T>(Dv);
   const int64_t kt_size = Dqk * skv_p, v_size = Skv * dv_p;
   // K^T and V of every key/value head, packed once for all the query tiles that read them.
   // Ragged: room for the longest sequence, each head filled with its own sequence's rows.
@@ -162,8 +162,8 @@ template <class T>
 void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
-  const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
-  const int64_t dv_p = round_to_lanes<T>(Dv);
+  const int64_t skv_p = packed_stride<T>(Skv), dq_p = packed_stride<T>(Dqk);
+  const int64_t dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0;
   using V = simd::Vec<T>;

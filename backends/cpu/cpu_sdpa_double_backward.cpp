@@ -162,8 +162,8 @@ template <class T>
 void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
-  const int64_t skv_p = round_to_lanes<T>(Skv), dq_p = round_to_lanes<T>(Dqk);
-  const int64_t dv_p = round_to_lanes<T>(Dv);
+  const int64_t skv_p = packed_stride<T>(Skv), dq_p = packed_stride<T>(Dqk);
+  const int64_t dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
 #pragma omp parallel
