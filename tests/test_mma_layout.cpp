@@ -156,3 +156,102 @@ TEST_CASE("tensor-core fragments: the kernels' ldmatrix addresses and mma layout
     CHECK(dense(pv(s, v, n, k)) == product(s_dense, v, false));
   }
 }
+
+namespace {
+
+// The TF32 path (float32 split into TF32 halves): one value per register.
+using Regs32 = std::array<std::array<double, 4>, 32>;
+
+// ldmatrix.x4 on float rows: each 8 x 8 tile of 16-bit values is 8 rows of four floats; lane
+// L receives row L / 4, 16-bit values 2 (L % 4) and 2 (L % 4) + 1, i.e. float L % 4.
+template <class Address>
+Regs32 ldmatrix_x4_floats(const Matrix& smem, Address address) {
+  Regs32 r{};
+  for (int m = 0; m < 4; ++m)
+    for (int lane = 0; lane < 32; ++lane) {
+      const RowCol at = address(8 * m + lane / 4);  // the lane that gave row lane / 4's address
+      r[lane][m] = smem[at.row][at.col + lane % 4];
+    }
+  return r;
+}
+
+// mma.m16n8k8 .tf32: A a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B b0 (t, g),
+// b1 (t + 4, g); d as for m16n8k16.
+void mma_tf32(std::array<std::array<double, 4>, 32>& d, const Regs32& a,
+              const std::array<double, 32>& b0, const std::array<double, 32>& b1) {
+  double A[16][8] = {}, B[8][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    A[g][t] = a[lane][0];
+    A[g + 8][t] = a[lane][1];
+    A[g][t + 4] = a[lane][2];
+    A[g + 8][t + 4] = a[lane][3];
+    B[t][g] = b0[lane];
+    B[t + 4][g] = b1[lane];
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+      for (int k = 0; k < 8; ++k) d[lane][e] += A[row][k] * B[k][col];
+    }
+  }
+}
+
+std::array<double, 32> reg32(const Regs32& r, int i) {
+  std::array<double, 32> out{};
+  for (int lane = 0; lane < 32; ++lane) out[lane] = r[lane][i];
+  return out;
+}
+
+// warp_abt for float: acc (16 x n) = A M^T.
+Acc abt_tf32(const Matrix& A, const Matrix& M, int k, int n) {
+  Acc acc(n / 8);
+  for (int kk = 0; kk < k / 8; ++kk) {
+    const Regs32 af = ldmatrix_x4_floats(A, [kk](int lane) { return a_address_tf32(lane, kk); });
+    for (int np = 0; np < n / 16; ++np) {
+      const Regs32 bf =
+          ldmatrix_x4_floats(M, [np, kk](int lane) { return bt_address_tf32(lane, np, kk); });
+      mma_tf32(acc[2 * np], af, reg32(bf, 0), reg32(bf, 1));
+      mma_tf32(acc[2 * np + 1], af, reg32(bf, 2), reg32(bf, 3));
+    }
+  }
+  return acc;
+}
+
+// to_a_fragment then warp_pv for float: acc (16 x d) = P V, each C tile of P one k-step, B
+// read element by element in the matching (permuted) order.
+Acc pv_tf32(const Acc& p, const Matrix& V, int n, int d) {
+  Acc acc(d / 8);
+  for (int kk = 0; kk < n / 8; ++kk) {
+    Regs32 a{};
+    for (int lane = 0; lane < 32; ++lane)
+      for (int e = 0; e < 4; ++e) a[lane][a_slot_tf32(e)] = p[kk][lane][e];
+    for (int dt = 0; dt < d / 8; ++dt) {
+      std::array<double, 32> b0{}, b1{};
+      for (int lane = 0; lane < 32; ++lane) {
+        b0[lane] = V[pv_b_row_tf32(lane, kk, 0)][dt * 8 + lane / 4];
+        b1[lane] = V[pv_b_row_tf32(lane, kk, 1)][dt * 8 + lane / 4];
+      }
+      mma_tf32(acc[dt], a, b0, b1);
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+TEST_CASE("TF32 fragments: float rows through ldmatrix, and P reused without a shuffle") {
+  std::mt19937 rng(13);
+  for (const std::pair<int, int>& shape : {std::pair{32, 64}, {64, 64}, {128, 64}, {256, 32}}) {
+    const int k = shape.first, n = shape.second;
+    CAPTURE(k);
+    CAPTURE(n);
+    const Matrix q = random_matrix(16, k, rng), keys = random_matrix(n, k, rng);
+    const Matrix v = random_matrix(n, k, rng);
+    const Acc s = abt_tf32(q, keys, k, n);
+    const Matrix s_dense = dense(s);
+    CHECK(s_dense == product(q, keys, true));
+    CHECK(dense(pv_tf32(s, v, n, k)) == product(s_dense, v, false));
+  }
+}
