@@ -2,6 +2,7 @@
 // reports no device (cuda_is_available() is false) and throws where a device is required.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace tg {
 
@@ -32,5 +33,16 @@ void cuda_poison_allocations(bool on);
 // false in a build without CUDA.
 bool cuda_sdpa_tensor_cores();
 void set_cuda_sdpa_tensor_cores(bool on);
+
+// How float32 products may run on CUDA devices, with PyTorch's names:
+//  "highest" (the default): float32 arithmetic throughout.
+//  "high": cuBLAS float32 GEMMs may use TF32 (10-bit mantissa products, float32 sums;
+//  CUBLAS_COMPUTE_32F_FAST_TF32), and float32 SDPA runs on the tensor cores with each product
+//  split into three TF32 ones ("3xTF32": about float32's accuracy) when
+//  cuda_sdpa_tensor_cores() is on. The CPU always computes float32 in float32.
+// Anything else is an error. The 3xTF32 SDPA kernels have not yet run on a GPU (written and
+// checked without one; docs/PERFORMANCE.md), which is why "highest" stays the default.
+void set_float32_matmul_precision(const std::string& precision);
+std::string float32_matmul_precision();
 
 }  // namespace tg

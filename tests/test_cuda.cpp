@@ -3,6 +3,7 @@
 // streams, the embedding gradient's order of additions, float64, the caching allocator,
 // device errors, and a transformer's training steps on both devices.
 #include <cmath>
+#include <string>
 
 #include "cuda_parity.h"
 #include "op_table.h"
@@ -341,6 +342,26 @@ TEST_CASE("float64 on CUDA: matmul and sdpa agree with the CPU to 1e-12") {
   o.causal_align = CausalAlign::BottomRight;
   tgtest::check_close(sdpa(q.to(kCUDA), k.to(kCUDA), v.to(kCUDA), o).out.to_vector<double>(),
                       sdpa(q, k, v, o).out.to_vector<double>(), 1e-12);
+}
+
+TEST_CASE("float32 matmul: \"high\" lets cuBLAS use TF32, \"highest\" does not") {
+  // Not yet run on a GPU when written (2026-11-24). TF32 keeps 10 of float32's 23 mantissa
+  // bits: an operand rounded (or truncated) to it is within 2^-10 of itself, a product within
+  // about 2^-9 of |a||b|, so the result within 2^-9 |A||B| (the float32 sums of 96 terms add
+  // ~2^-17); plain float32 within 1e-5 of the float64 product.
+  const Tensor a = tgtest::rnd({64, 96}, 1), b = tgtest::rnd({96, 48}, 2);
+  const Tensor exact = matmul(a, b), bound = matmul(abs(a), abs(b));
+  auto on_gpu = [&](const char* precision) {
+    const std::string was = float32_matmul_precision();
+    set_float32_matmul_precision(precision);
+    const Tensor c = matmul(a.to(kFloat32).to(kCUDA), b.to(kFloat32).to(kCUDA)).to(kCPU);
+    set_float32_matmul_precision(was);
+    return c.to(kFloat64);
+  };
+  const Tensor tf32 = on_gpu("high"), fp32 = on_gpu("highest");
+  CHECK(max(abs(tf32 - exact) - bound * 0x1p-9).item<double>() <= 0);
+  CHECK(max(abs(fp32 - exact) - bound * 1e-5).item<double>() <= 0);
+  CHECK(max(abs(tf32 - fp32)).item<double>() > 0);  // the setting reached cuBLAS
 }
 
 TEST_CASE("the caching allocator: no cudaMalloc once a step's sizes have been seen") {

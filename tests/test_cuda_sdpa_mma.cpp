@@ -1,7 +1,8 @@
-// SDPA on the tensor cores (bfloat16 and float16, backends/cuda/cuda_sdpa_mma.cu) against the
-// CPU: random option combinations with NaN-poisoned outputs, at aligned, strided and misaligned
-// layouts (16-byte copies and element loads), the deterministic backward, fully masked rows, and
-// that switching the kernels on changes which code runs.
+// SDPA on the tensor cores (bfloat16 and float16, and float32 as 3xTF32 under
+// set_float32_matmul_precision("high"); backends/cuda/cuda_sdpa_mma.cu) against the CPU: random
+// option combinations with NaN-poisoned outputs, at aligned, strided and misaligned layouts
+// (16-byte copies and element loads), the deterministic backward, fully masked rows, and that
+// switching the kernels on changes which code runs.
 //
 // Tolerances. The CPU reads the 16-bit inputs, computes in float32 and rounds each result once.
 // The kernels multiply the same 16-bit inputs exactly with float32 sums, but round P (and dS)
@@ -14,6 +15,7 @@
 // their terms does not. Per element: 4u of the magnitudes for the output, 8u for the
 // gradients; float32-level for the statistics (no 16-bit rounding).
 #include <random>
+#include <string>
 
 #include "cuda_parity.h"
 #include "sdpa_random.h"
@@ -32,7 +34,24 @@ struct TensorCores {
   TensorCores& operator=(const TensorCores&) = delete;
 };
 
-double unit(DType dt) { return dt == kBFloat16 ? 0x1p-8 : 0x1p-11; }
+// set_float32_matmul_precision for a scope.
+struct Float32Precision {
+  std::string was = float32_matmul_precision();
+  explicit Float32Precision(const std::string& p) { set_float32_matmul_precision(p); }
+  ~Float32Precision() { set_float32_matmul_precision(was); }
+  Float32Precision(const Float32Precision&) = delete;
+  Float32Precision& operator=(const Float32Precision&) = delete;
+};
+
+// The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
+// roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
+// and each product drops lo lo and the two e terms, 3 x 2^-22 of |a b|, so 2^-20. The CPU's
+// own float32 sums (here the reference, unlike for 16 bits) are of the same order: sqrt(n)
+// 2^-24 for n = 256 terms is 2^-20. Not yet confirmed on a GPU.
+double unit(DType dt) {
+  if (dt == kFloat32) return 0x1p-20;
+  return dt == kBFloat16 ? 0x1p-8 : 0x1p-11;
+}
 
 void check_close(const std::string& what, const Tensor& cpu, const Tensor& gpu, double tol) {
   const double err = tgtest::rel_error(gpu.to(kCPU), cpu);
@@ -288,4 +307,30 @@ TEST_CASE("sdpa on the tensor cores: the switch changes which kernels run") {
   check_close("tensor cores", cpu, with, 4 * unit(kBFloat16));
   check_close("widened", cpu, without, 2 * unit(kBFloat16));
   CHECK(with.to(kFloat32).to_vector<float>() != without.to(kFloat32).to_vector<float>());
+}
+
+TEST_CASE("sdpa on the tensor cores: float32 as 3xTF32 under precision \"high\"") {
+  // Not yet run on a GPU when written (2026-11-24): the next session with one runs it first.
+  TensorCores on(true);
+  Float32Precision high("high");
+  std::mt19937_64 rng(2029);
+  for (int n = 0; n < 100; ++n) {
+    const Config c = random_config(rng);
+    INFO("config " << n << " (float32): " << describe(c));
+    compare_config(c, kFloat32, 9000 + static_cast<uint64_t>(n) * 10, rng);
+  }
+  // "highest" keeps the float32 SIMT kernels: the two agree with the CPU but not bitwise with
+  // each other, or the setting reached nothing.
+  const Tensor q = tgtest::rnd({1, 2, 200, 64}, 1), k = tgtest::rnd({1, 2, 200, 64}, 2);
+  const Tensor v = tgtest::rnd({1, 2, 200, 64}, 3);
+  auto on_gpu = [&](const std::string& precision) {
+    Float32Precision mode(precision);
+    return sdpa(q.to(kFloat32).to(kCUDA), k.to(kFloat32).to(kCUDA), v.to(kFloat32).to(kCUDA))
+        .out.to(kCPU);
+  };
+  const Tensor split = on_gpu("high"), exact = on_gpu("highest");
+  const Tensor cpu = sdpa(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32)).out;
+  check_close("3xTF32", cpu, split, 4 * unit(kFloat32));
+  check_close("float32", cpu, exact, 1e-5);
+  CHECK(split.to_vector<float>() != exact.to_vector<float>());
 }

@@ -119,3 +119,14 @@ TEST_CASE("device errors without CUDA") {
   check_throws_with_prefix([&] { ones({2}).to(kCUDA); }, "[");
   check_throws_with_prefix([&] { ones({2}, TensorOptions().device(kCUDA)); }, "[");
 }
+
+TEST_CASE("float32 matmul precision: PyTorch's two names, anything else an error") {
+  CHECK(float32_matmul_precision() == "highest");  // the default
+  set_float32_matmul_precision("high");
+  CHECK(float32_matmul_precision() == "high");
+  check_throws_with_prefix([&] { set_float32_matmul_precision("medium"); },
+                           "[set_float32_matmul_precision]", "got \"medium\"");
+  CHECK(float32_matmul_precision() == "high");  // a refused value changes nothing
+  set_float32_matmul_precision("highest");
+  CHECK(float32_matmul_precision() == "highest");
+}

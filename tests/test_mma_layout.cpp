@@ -2,7 +2,9 @@
 // CPU: ldmatrix.x4 (plain and .trans) and mma.m16n8k16 emulated as the PTX ISA defines them
 // ("Matrix fragments for mma.m16n8k16 with floating point type", "ldmatrix"), driven by the
 // kernels' own address formulas, must multiply: S = A M^T as warp_abt does, then S V with S's
-// accumulators reused as A fragments as warp_pv does. Integer values, so the products are exact.
+// accumulators reused as A fragments as warp_pv does; and the same for float32 split into TF32
+// (mma.m16n8k8 .tf32, float rows through ldmatrix, P reused in a permuted k order). Integer
+// values, so the products are exact.
 #include <array>
 #include <random>
 #include <vector>
@@ -139,22 +141,28 @@ Matrix product(const Matrix& a, const Matrix& b, bool transpose_b) {
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("tensor-core fragments: the kernels' ldmatrix addresses and mma layouts multiply") {
-  std::mt19937 rng(12);
-  // (head dim, walked tile) as the kernels use them: 32-128 with 64 keys, 256 with 32.
+// S = Q K^T through `abt`, then S V with S's accumulators reused as A fragments through `pv`,
+// at the (head dim, walked tile) shapes the kernels use: 32-128 with 64 keys, 256 with 32.
+template <class Abt, class Pv>
+void check_products(Abt abt_of, Pv pv_of, unsigned seed) {
+  std::mt19937 rng(seed);
   for (const std::pair<int, int>& shape : {std::pair{32, 64}, {64, 64}, {128, 64}, {256, 32}}) {
     const int k = shape.first, n = shape.second;
     CAPTURE(k);
     CAPTURE(n);
     const Matrix q = random_matrix(16, k, rng), keys = random_matrix(n, k, rng);
     const Matrix v = random_matrix(n, k, rng);
-    const Acc s = abt(q, keys, k, n);
+    const Acc s = abt_of(q, keys, k, n);
     const Matrix s_dense = dense(s);
     CHECK(s_dense == product(q, keys, true));
-    CHECK(dense(pv(s, v, n, k)) == product(s_dense, v, false));
+    CHECK(dense(pv_of(s, v, n, k)) == product(s_dense, v, false));
   }
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core fragments: the kernels' ldmatrix addresses and mma layouts multiply") {
+  check_products(abt, pv, 12);
 }
 
 namespace {
@@ -242,16 +250,5 @@ Acc pv_tf32(const Acc& p, const Matrix& V, int n, int d) {
 }  // namespace
 
 TEST_CASE("TF32 fragments: float rows through ldmatrix, and P reused without a shuffle") {
-  std::mt19937 rng(13);
-  for (const std::pair<int, int>& shape : {std::pair{32, 64}, {64, 64}, {128, 64}, {256, 32}}) {
-    const int k = shape.first, n = shape.second;
-    CAPTURE(k);
-    CAPTURE(n);
-    const Matrix q = random_matrix(16, k, rng), keys = random_matrix(n, k, rng);
-    const Matrix v = random_matrix(n, k, rng);
-    const Acc s = abt_tf32(q, keys, k, n);
-    const Matrix s_dense = dense(s);
-    CHECK(s_dense == product(q, keys, true));
-    CHECK(dense(pv_tf32(s, v, n, k)) == product(s_dense, v, false));
-  }
+  check_products(abt_tf32, pv_tf32, 13);
 }

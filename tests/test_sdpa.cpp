@@ -336,9 +336,8 @@ TEST_CASE("packed operands whose rows are a multiple of 1 KiB apart (padded stri
   // 256 float32 keys or head dims (128 float64) make rows of the packed K^T, V^T and K 1 KiB
   // apart; the kernels pad those strides by a cache line (tile_gemm.h, packed_stride). The
   // random suites never reach these widths.
-  for (auto [dt, keys, dim, tol] :
-       {std::tuple{kFloat32, int64_t{256}, int64_t{256}, 1e-4},
-        std::tuple{kFloat64, int64_t{128}, int64_t{128}, 1e-10}}) {
+  for (auto [dt, keys, dim, tol] : {std::tuple{kFloat32, int64_t{256}, int64_t{256}, 1e-4},
+                                    std::tuple{kFloat64, int64_t{128}, int64_t{128}, 1e-10}}) {
     CAPTURE(dt);
     Config c;
     c.B = 1, c.Hq = 2, c.Hk = 1, c.Sq = 70, c.Skv = keys, c.D = dim, c.Dv = dim / 2;

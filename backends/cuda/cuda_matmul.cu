@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda_api.h"
 #include "backends/dispatch.h"
 
 namespace tg::cuda {
@@ -26,6 +27,14 @@ void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, 
         "cublasGemmStridedBatchedEx");
   } else if constexpr (std::is_same_v<T, float>) {
     const float one = 1, zero = 0;
+    if (float32_matmul_precision() == "high") {  // TF32 products allowed (cuda_api.h)
+      check_cublas(
+          cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, sa, b,
+                                     CUDA_R_32F, ldb, sb, &zero, c, CUDA_R_32F, ldc, sc, batch,
+                                     CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx");
+      return;
+    }
     check_cublas(cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero,
                                            c, ldc, sc, batch),
                  "cublasSgemmStridedBatched");

@@ -1,7 +1,8 @@
 // Tensor-core building blocks for sm_80 and later, as PTX: the warp-wide 16 x 8 x 16 product
-// (mma.sync, 16-bit inputs, float32 sums), ldmatrix (8 x 8 tiles of 16-bit values from shared
-// memory into the fragments mma expects) and cp.async (16-byte global -> shared copies that
-// run while the warp computes). The fragment layouts are PTX ISA's "Matrix fragments for
+// (mma.sync, 16-bit inputs, float32 sums) and the 16 x 8 x 8 one on float32 split into TF32
+// halves, ldmatrix (8 x 8 tiles of 16-bit values from shared memory into the fragments mma
+// expects; float rows read as pairs of them) and cp.async (16-byte global -> shared copies
+// that run while the warp computes). The fragment layouts are PTX ISA's "Matrix fragments for
 // mma.m16n8k16"; with g = lane / 4 and t = lane % 4:
 //   A (16 x 16, row-major), four registers of two values: a0 row g, columns 2t, 2t + 1; a1 row
 //     g + 8, same columns; a2, a3 the same rows at columns 2t + 8, 2t + 9;
@@ -75,6 +76,66 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #else
   __trap();
 #endif
+}
+
+// float32 on the tensor cores: x = hi + lo with hi = x rounded to TF32 (cvt.rna: nearest, ties
+// away) and lo = the rest rounded to TF32, then A B = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
+// dropped A_lo B_lo is below float32's roundoff): about float32's accuracy at three TF32
+// products ("3xTF32").
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r = 0;
+#if TG_MMA_ARCH
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#else
+  __trap();
+#endif
+  return r;
+}
+struct SplitTf32 {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ SplitTf32 split_tf32(float x) {
+  const uint32_t hi = to_tf32(x);
+  return {hi, to_tf32(x - __uint_as_float(hi))};
+}
+
+// d += A B for one 16 x 8 x 8 tile of TF32 values.
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1) {
+#if TG_MMA_ARCH
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+// A float32 fragment (registers holding float bits) split into its TF32 halves.
+template <int kN>
+struct SplitFragment {
+  uint32_t hi[kN], lo[kN];
+};
+template <int kN>
+__device__ __forceinline__ SplitFragment<kN> split_fragment(const uint32_t (&x)[kN]) {
+  SplitFragment<kN> f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const SplitTf32 s = split_tf32(__uint_as_float(x[i]));
+    f.hi[i] = s.hi;
+    f.lo[i] = s.lo;
+  }
+  return f;
+}
+
+// d += A B to about float32 accuracy: three TF32 products, the small ones first.
+__device__ __forceinline__ void mma_1688_3xtf32(float (&d)[4], const SplitFragment<4>& a,
+                                                const SplitFragment<2>& b) {
+  mma_1688_tf32(d, a.lo, b.hi[0], b.hi[1]);
+  mma_1688_tf32(d, a.hi, b.lo[0], b.lo[1]);
+  mma_1688_tf32(d, a.hi, b.hi[0], b.hi[1]);
 }
 
 // Two floats rounded to S and packed as one register, `lo` in the low half (the lower column).

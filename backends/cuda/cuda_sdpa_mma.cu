@@ -1,7 +1,9 @@
 // SDPA on the tensor cores for bfloat16 and float16, in the manner of FlashAttention-2 (Dao,
 // 2023): 16-bit products with float32 sums (mma.sync m16n8k16, cuda_mma.cuh), float32
 // statistics, the option rules of DESIGN §4 applied to the score fragments in registers
-// through Args::score, the same per-element code as the CPU and the float32 kernels.
+// through Args::score, the same per-element code as the CPU and the float32 kernels. float32
+// runs the same kernels under set_float32_matmul_precision("high"): shared tiles of float, and
+// each product split into three TF32 ones (m16n8k8, "3xTF32", about float32's accuracy).
 //
 // A block is four warps. Forward and the backward's dQ pass: the block takes 64 query rows,
 // each warp 16 of them, and walks the visible key tiles; no softmax reduction crosses warps.
@@ -16,7 +18,8 @@
 // without per-element rules (interior()) skip Args::score; the rules run out of line.
 //
 // P (and dS) are rounded to the 16-bit type for the second product of each pair, as
-// FlashAttention-2 does; the row sums use the float32 values.
+// FlashAttention-2 does; the row sums use the float32 values. In float32 they are split like
+// any other operand.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -54,7 +57,7 @@ constexpr int kBlocksPerSM = kD <= 64 ? 3 : 1;
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kForwardKeys<kD>, kP = kPitch<kD>;
+  constexpr int kN = kForwardKeys<kD>, kP = kPitch<S, kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* Ks = Qs + kRows * kP;  // two buffers of kN rows
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
         }
       }
     }
-    uint32_t pf[kN / 16][4];
+    AFragments<S, kN> pf;
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf, nt, s[nt]);
 #pragma unroll
@@ -182,7 +185,7 @@ __global__ void delta_kernel(Args<float, S> a) {
 template <class S, int kD>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<kD>;
+  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<S, kD>;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* dOs = Qs + kRows * kP;
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
     warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
     warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
-    uint32_t df[kN / 16][4];
+    AFragments<S, kN> df;
     const bool inner = interior(a, sq, row_w, 16, hi, j0, kN);
     if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
 #pragma unroll
@@ -284,7 +287,7 @@ enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
 template <class S, int kD, DkvPart kPart>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<kD>;
+  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<S, kD>;
   constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
     warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
     if constexpr (kWantK) warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
-    uint32_t pf[kN / 16][4], df[kN / 16][4];
+    AFragments<S, kN> pf, df;
     // Queries i0 .. i0 + kN - 1 against this warp's 16 keys (rows past i_hi see none of them,
     // so sdpa_all_visible fails for a tile holding one).
     const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
@@ -404,18 +407,19 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // Shared memory of each kernel at tile width kD, in bytes.
 template <class S, int kD>
-constexpr size_t smem_forward = (kRows + 4 * kForwardKeys<kD>)*kPitch<kD> * sizeof(S);
+constexpr size_t smem_forward = (kRows + 4 * kForwardKeys<kD>)*kPitch<S, kD> * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_dq = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<kD> * sizeof(S);
+constexpr size_t smem_dq = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<kD> * sizeof(S) +
+constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S) +
                             4 * kBackwardWalk<kD> * sizeof(float);
 
 bool vectorizable(const View& v, int64_t width) {
-  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % 8 != 0) return false;
+  const int64_t per_copy = 16 / static_cast<int64_t>(dtype_size(v.dtype));
+  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % per_copy != 0) return false;
   if (v.sizes[3] > 1 && v.strides[3] != 1) return false;
   for (int d = 0; d < 3; ++d)
-    if (v.sizes[d] > 1 && v.strides[d] % 8 != 0) return false;
+    if (v.sizes[d] > 1 && v.strides[d] % per_copy != 0) return false;
   return true;
 }
 
@@ -506,10 +510,16 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
 
 }  // namespace
 
+namespace {
+// float32 takes the tensor cores (3xTF32) only under set_float32_matmul_precision("high").
+bool float32_on_tensor_cores() { return float32_matmul_precision() == "high"; }
+}  // namespace
+
 bool sdpa_mma_forward(int device, const SdpaParams& p) {
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return forward_typed<__nv_bfloat16>(device, p);
   if (p.q.dtype == kFloat16) return forward_typed<__half>(device, p);
+  if (p.q.dtype == kFloat32 && float32_on_tensor_cores()) return forward_typed<float>(device, p);
   return false;
 }
 
@@ -517,6 +527,8 @@ bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const 
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return backward_typed<__nv_bfloat16>(device, p, dout, g);
   if (p.q.dtype == kFloat16) return backward_typed<__half>(device, p, dout, g);
+  if (p.q.dtype == kFloat32 && float32_on_tensor_cores())
+    return backward_typed<float>(device, p, dout, g);
   return false;
 }
 

@@ -24,15 +24,23 @@ template <int kD>
 constexpr int kForwardKeys = kD > 128 ? 32 : kWalk;  // ... whose forward walks 32 keys
 template <int kD>
 constexpr int kBackwardWalk = kD > 128 ? 32 : kWalk;  // ... and backward 32 query rows
-template <int kD>
-constexpr int kPitch = kD + 8;  // a shared row: 16 bytes more than kD values
+// S, the type of q, k, v in shared memory: bfloat16 or float16 (m16n8k16 products), or float
+// (float32 split into TF32 halves, m16n8k8 products: "3xTF32", cuda_mma.cuh).
+template <class S>
+constexpr bool kTf32 = std::is_same_v<S, float>;
+template <class S>
+constexpr int kStep = kTf32<S> ? 8 : 16;  // k of one product
+template <class S>
+constexpr int kPerCopy = 16 / static_cast<int>(sizeof(S));  // values in a 16-byte copy
+template <class S, int kD>
+constexpr int kPitch = kD + kPerCopy<S>;  // a shared row: 16 bytes more than kD values
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
-// of 8 elements, 16-byte aligned data, widths multiples of 8.
+// of 16 bytes, 16-byte aligned data, widths multiples of 16 bytes.
 struct Vectorized {
   bool q = false, k = false, v = false, dout = false;
 };
@@ -44,32 +52,34 @@ __device__ __forceinline__ const S* slice(const S* rows, const int64_t* st, int6
 }
 
 template <class S>
-__device__ __forceinline__ S to_16(float x) {
+__device__ __forceinline__ S round_to(float x) {
   if constexpr (std::is_same_v<S, __nv_bfloat16>) {
     return __float2bfloat16_rn(x);
-  } else {
+  } else if constexpr (std::is_same_v<S, __half>) {
     return __float2half_rn(x);
+  } else {
+    return x;
   }
 }
 
 // Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
-// st[3]) into `dst` (pitch kPitch<kD>), zeros from row `row_end` on and past column `width`;
+// st[3]) into `dst` (pitch kPitch<S, kD>), zeros from row `row_end` on and past column `width`;
 // with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads.
 template <class S, int kD, int kN>
 __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
                                           int64_t row_end, int64_t width, const int64_t* at,
                                           bool vec) {
-  constexpr int kP = kPitch<kD>;
+  constexpr int kP = kPitch<S, kD>, kC = kPerCopy<S>;
   if (vec) {
     // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the
     // index arithmetic is done once, not per chunk (it was most of the forward's per-tile
     // instructions); `at` is tested outside the unrolled copies.
-    constexpr int kChunks = kD / 8, kStride = kBlockThreads / kChunks;
+    constexpr int kChunks = kD / kC, kStride = kBlockThreads / kChunks;
     static_assert(kBlockThreads % kChunks == 0 && kN % kStride == 0);
     const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
-    const bool col = c * 8 < width;
-    const S* src_col = base + c * 8;
-    S* dst_col = dst + r0 * kP + c * 8;
+    const bool col = c * kC < width;
+    const S* src_col = base + c * kC;
+    S* dst_col = dst + r0 * kP + c * kC;
     const auto copy = [&](auto indexed) {
 #pragma unroll
       for (int k = 0; k < kN / kStride; ++k) {
@@ -89,7 +99,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     for (int idx = threadIdx.x; idx < kN * kD; idx += kBlockThreads) {
       const int r = idx / kD, d = idx % kD;
       const int64_t row = row0 + r;
-      S x = to_16<S>(0.0f);
+      S x = round_to<S>(0.0f);
       if (row < row_end && d < width) x = base[(at ? at[row] : row) * st[2] + d * st[3]];
       dst[r * kP + d] = x;
     }
@@ -97,55 +107,88 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
 }
 
 // acc (16 x kN, as kN / 8 C tiles) += A B^T for a warp: A its 16 rows of kD values (shared,
-// pitch kPitch<kD>), B kN rows of kD values. Both operands read by ldmatrix without transpose.
+// pitch kPitch<S, kD>), B kN rows of kD values. Both operands read by ldmatrix without
+// transpose (float rows as pairs of 16-bit values, mma_layout.h).
 template <class S, int kD, int kN>
 __device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN / 8][4]) {
-  constexpr int kP = kPitch<kD>;
+  constexpr int kP = kPitch<S, kD>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
+  for (int kk = 0; kk < kD / kStep<S>; ++kk) {
     uint32_t af[4];
-    const mma::RowCol at = mma::a_address(lane, kk);
+    const mma::RowCol at = kTf32<S> ? mma::a_address_tf32(lane, kk) : mma::a_address(lane, kk);
     mma::ldmatrix_x4(af, A + at.row * kP + at.col);
+    if constexpr (kTf32<S>) {
+      const mma::SplitFragment<4> a = mma::split_fragment(af);
 #pragma unroll
-    for (int np = 0; np < kN / 16; ++np) {
-      uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
-      const mma::RowCol bt = mma::bt_address(lane, np, kk);
-      mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
-      mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
-      mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
+      for (int np = 0; np < kN / 16; ++np) {
+        uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
+        const mma::RowCol bt = mma::bt_address_tf32(lane, np, kk);
+        mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
+        const uint32_t even[2] = {bf[0], bf[1]}, odd[2] = {bf[2], bf[3]};
+        mma::mma_1688_3xtf32(acc[2 * np], a, mma::split_fragment(even));
+        mma::mma_1688_3xtf32(acc[2 * np + 1], a, mma::split_fragment(odd));
+      }
+    } else {
+#pragma unroll
+      for (int np = 0; np < kN / 16; ++np) {
+        uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
+        const mma::RowCol bt = mma::bt_address(lane, np, kk);
+        mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
+        mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
+        mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
+      }
     }
   }
 }
 
-// acc (16 x kD, as kD / 8 C tiles) += P M for a warp: P its 16 x kN values as A fragments
-// (k-step kk covers columns 16 kk .. 16 kk + 15), M kN rows of kD values in shared memory, read
-// transposed by ldmatrix.
+// The A fragments of a product whose A is a warp's 16 x kN accumulator: k-step kk covers
+// columns kStep kk .. kStep (kk + 1) - 1.
+template <class S, int kN>
+using AFragments = uint32_t[kN / kStep<S>][4];
+
+// acc (16 x kD, as kD / 8 C tiles) += P M for a warp: P its 16 x kN values as A fragments, M
+// kN rows of kD values in shared memory, read transposed by ldmatrix (16-bit), or value by
+// value in the k order the float fragments carry (mma_layout.h, pv_b_row_tf32).
 template <class S, int kD, int kN>
-__device__ __forceinline__ void warp_pv(const uint32_t (&p)[kN / 16][4], const S* M,
+__device__ __forceinline__ void warp_pv(const AFragments<S, kN>& p, const S* M,
                                         float (&acc)[kD / 8][4]) {
-  constexpr int kP = kPitch<kD>;
+  constexpr int kP = kPitch<S, kD>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) {
+  for (int kk = 0; kk < kN / kStep<S>; ++kk) {
+    if constexpr (kTf32<S>) {
+      const mma::SplitFragment<4> a = mma::split_fragment(p[kk]);
+      const S* m0 = M + mma::pv_b_row_tf32(lane, kk, 0) * kP + lane / 4;
 #pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
-      uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
-      const mma::RowCol bm = mma::b_address(lane, kk, dp);
-      mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
-      mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
-      mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const uint32_t bf[2] = {__float_as_uint(m0[dt * 8]), __float_as_uint(m0[kP + dt * 8])};
+        mma::mma_1688_3xtf32(acc[dt], a, mma::split_fragment(bf));
+      }
+    } else {
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
+        const mma::RowCol bm = mma::b_address(lane, kk, dp);
+        mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
+        mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
+        mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
+      }
     }
   }
 }
 
-// C tile nt's four values, rounded, into the A fragments of the next product (C tile nt is
-// half of k-step nt / 2).
+// C tile nt's four values into the A fragments of the next product: rounded to 16 bits (C
+// tile nt is half of k-step nt / 2), or as float bits (C tile nt is k-step nt).
 template <class S, int kN>
-__device__ __forceinline__ void to_a_fragment(uint32_t (&f)[kN / 16][4], int nt,
-                                              const float (&c)[4]) {
-  f[nt / 2][mma::a_slot(nt, 0)] = mma::pack2<S>(c[0], c[1]);
-  f[nt / 2][mma::a_slot(nt, 1)] = mma::pack2<S>(c[2], c[3]);
+__device__ __forceinline__ void to_a_fragment(AFragments<S, kN>& f, int nt, const float (&c)[4]) {
+  if constexpr (kTf32<S>) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[nt][mma::a_slot_tf32(e)] = __float_as_uint(c[e]);
+  } else {
+    f[nt / 2][mma::a_slot(nt, 0)] = mma::pack2<S>(c[0], c[1]);
+    f[nt / 2][mma::a_slot(nt, 1)] = mma::pack2<S>(c[2], c[3]);
+  }
 }
 
 // A C tile's element e of this lane: its row in the warp's 16, its column in the tile.
@@ -176,7 +219,7 @@ __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b,
     for (int e = 0; e < 4; ++e) {
       const int64_t i = row0 + frag_row(e), d = frag_col(dt, e);
       if (i < rows && d < width)
-        out[at4(st, b, h, first + i, d)] = to_16<S>(acc[dt][e] * factor[e / 2]);
+        out[at4(st, b, h, first + i, d)] = round_to<S>(acc[dt][e] * factor[e / 2]);
     }
   }
 }
