@@ -508,11 +508,9 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   return any && fits;
 }
 
-}  // namespace
-
-namespace {
 // float32 takes the tensor cores (3xTF32) only under set_float32_matmul_precision("high").
 bool float32_on_tensor_cores() { return float32_matmul_precision() == "high"; }
+
 }  // namespace
 
 bool sdpa_mma_forward(int device, const SdpaParams& p) {
