@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backends/cuda_api.h"
+#include "backends/float32_precision.h"
 #include "core/error.h"
 
 namespace tg {
@@ -21,6 +22,8 @@ void set_float32_matmul_precision(const std::string& precision) {
   }
 }
 
-std::string float32_matmul_precision() { return g_high.load() ? "high" : "highest"; }
+std::string float32_matmul_precision() { return float32_tf32_allowed() ? "high" : "highest"; }
+
+bool float32_tf32_allowed() { return g_high.load(); }
 
 }  // namespace tg

@@ -81,8 +81,10 @@ void mma(std::array<std::array<double, 4>, 32>& d, const std::array<std::array<P
 // A warp's accumulator: per column tile, each lane's four values.
 using Acc = std::vector<std::array<std::array<double, 4>, 32>>;
 
-std::array<Pair, 32> reg(const Regs& r, int i) {
-  std::array<Pair, 32> out{};
+// Register i of every lane (a Pair of 16-bit values, or one float).
+template <class R>
+std::array<R, 32> reg(const std::array<std::array<R, 4>, 32>& r, int i) {
+  std::array<R, 32> out{};
   for (int lane = 0; lane < 32; ++lane) out[lane] = r[lane][i];
   return out;
 }
@@ -206,12 +208,6 @@ void mma_tf32(std::array<std::array<double, 4>, 32>& d, const Regs32& a,
   }
 }
 
-std::array<double, 32> reg32(const Regs32& r, int i) {
-  std::array<double, 32> out{};
-  for (int lane = 0; lane < 32; ++lane) out[lane] = r[lane][i];
-  return out;
-}
-
 // warp_abt for float: acc (16 x n) = A M^T.
 Acc abt_tf32(const Matrix& A, const Matrix& M, int k, int n) {
   Acc acc(n / 8);
@@ -220,8 +216,8 @@ Acc abt_tf32(const Matrix& A, const Matrix& M, int k, int n) {
     for (int np = 0; np < n / 16; ++np) {
       const Regs32 bf =
           ldmatrix_x4_floats(M, [np, kk](int lane) { return bt_address_tf32(lane, np, kk); });
-      mma_tf32(acc[2 * np], af, reg32(bf, 0), reg32(bf, 1));
-      mma_tf32(acc[2 * np + 1], af, reg32(bf, 2), reg32(bf, 3));
+      mma_tf32(acc[2 * np], af, reg(bf, 0), reg(bf, 1));
+      mma_tf32(acc[2 * np + 1], af, reg(bf, 2), reg(bf, 3));
     }
   }
   return acc;

@@ -6,8 +6,8 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
-#include "backends/cuda_api.h"
 #include "backends/dispatch.h"
+#include "backends/float32_precision.h"
 
 namespace tg::cuda {
 namespace {
@@ -27,7 +27,7 @@ void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, 
         "cublasGemmStridedBatchedEx");
   } else if constexpr (std::is_same_v<T, float>) {
     const float one = 1, zero = 0;
-    if (float32_matmul_precision() == "high") {  // TF32 products allowed (cuda_api.h)
+    if (float32_tf32_allowed()) {  // set_float32_matmul_precision("high") (cuda_api.h)
       check_cublas(
           cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, sa, b,
                                      CUDA_R_32F, ldb, sb, &zero, c, CUDA_R_32F, ldc, sc, batch,

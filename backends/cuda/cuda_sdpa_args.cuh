@@ -183,9 +183,10 @@ void set_grad_args(Args<T, S>& a, const View& dout, const SdpaGradViews& g);
 bool sdpa_flash_forward(int device, const Args<float>& a);
 bool sdpa_flash_backward(int device, const Args<float>& a);
 
-// The tensor-core kernels (cuda_sdpa_mma.cu) for bfloat16 and float16 rows on devices of
-// compute capability 8.0 and later, head dims up to 256, while cuda_sdpa_tensor_cores() is on;
-// false when they do not apply (nothing was run).
+// The tensor-core kernels (cuda_sdpa_mma.cu) for bfloat16 and float16 rows (and float32 ones
+// under set_float32_matmul_precision("high")) on devices of compute capability 8.0 and later,
+// head dims up to 256, while cuda_sdpa_tensor_cores() is on; false when they do not apply
+// (nothing was run).
 bool sdpa_mma_forward(int device, const SdpaParams& p);
 bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g);
 

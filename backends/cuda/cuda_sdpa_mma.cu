@@ -31,6 +31,7 @@
 
 #include "backends/cuda/cuda_sdpa_mma_tiles.cuh"
 #include "backends/cuda_api.h"
+#include "backends/float32_precision.h"
 
 namespace tg::cuda {
 namespace {
@@ -508,16 +509,13 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   return any && fits;
 }
 
-// float32 takes the tensor cores (3xTF32) only under set_float32_matmul_precision("high").
-bool float32_on_tensor_cores() { return float32_matmul_precision() == "high"; }
-
 }  // namespace
 
 bool sdpa_mma_forward(int device, const SdpaParams& p) {
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return forward_typed<__nv_bfloat16>(device, p);
   if (p.q.dtype == kFloat16) return forward_typed<__half>(device, p);
-  if (p.q.dtype == kFloat32 && float32_on_tensor_cores()) return forward_typed<float>(device, p);
+  if (p.q.dtype == kFloat32 && float32_tf32_allowed()) return forward_typed<float>(device, p);
   return false;
 }
 
@@ -525,7 +523,7 @@ bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const 
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return backward_typed<__nv_bfloat16>(device, p, dout, g);
   if (p.q.dtype == kFloat16) return backward_typed<__half>(device, p, dout, g);
-  if (p.q.dtype == kFloat32 && float32_on_tensor_cores())
+  if (p.q.dtype == kFloat32 && float32_tf32_allowed())
     return backward_typed<float>(device, p, dout, g);
   return false;
 }

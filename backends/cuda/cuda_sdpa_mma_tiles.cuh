@@ -106,6 +106,29 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
   }
 }
 
+// An A fragment as S's products take it: the registers themselves (16-bit), or split into
+// TF32 halves (float), once for every column tile of its k-step.
+template <class S>
+__device__ __forceinline__ decltype(auto) a_operand(const uint32_t (&af)[4]) {
+  if constexpr (kTf32<S>) {
+    return mma::split_fragment(af);
+  } else {
+    return (af);
+  }
+}
+
+// d += A B for one 16 x 8 C tile in S's mode: one m16n8k16 product, or three TF32 m16n8k8
+// ones (A from a_operand, B's two registers as loaded).
+template <class S, class A>
+__device__ __forceinline__ void tile_product(float (&d)[4], const A& a, uint32_t b0, uint32_t b1) {
+  if constexpr (kTf32<S>) {
+    const uint32_t b[2] = {b0, b1};
+    mma::mma_1688_3xtf32(d, a, mma::split_fragment(b));
+  } else {
+    mma::mma_16816<S>(d, a, b0, b1);
+  }
+}
+
 // acc (16 x kN, as kN / 8 C tiles) += A B^T for a warp: A its 16 rows of kD values (shared,
 // pitch kPitch<S, kD>), B kN rows of kD values. Both operands read by ldmatrix without
 // transpose (float rows as pairs of 16-bit values, mma_layout.h).
@@ -118,26 +141,15 @@ __device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN
     uint32_t af[4];
     const mma::RowCol at = kTf32<S> ? mma::a_address_tf32(lane, kk) : mma::a_address(lane, kk);
     mma::ldmatrix_x4(af, A + at.row * kP + at.col);
-    if constexpr (kTf32<S>) {
-      const mma::SplitFragment<4> a = mma::split_fragment(af);
+    const auto& a = a_operand<S>(af);
 #pragma unroll
-      for (int np = 0; np < kN / 16; ++np) {
-        uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
-        const mma::RowCol bt = mma::bt_address_tf32(lane, np, kk);
-        mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
-        const uint32_t even[2] = {bf[0], bf[1]}, odd[2] = {bf[2], bf[3]};
-        mma::mma_1688_3xtf32(acc[2 * np], a, mma::split_fragment(even));
-        mma::mma_1688_3xtf32(acc[2 * np + 1], a, mma::split_fragment(odd));
-      }
-    } else {
-#pragma unroll
-      for (int np = 0; np < kN / 16; ++np) {
-        uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
-        const mma::RowCol bt = mma::bt_address(lane, np, kk);
-        mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
-        mma::mma_16816<S>(acc[2 * np], af, bf[0], bf[1]);
-        mma::mma_16816<S>(acc[2 * np + 1], af, bf[2], bf[3]);
-      }
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
+      const mma::RowCol bt =
+          kTf32<S> ? mma::bt_address_tf32(lane, np, kk) : mma::bt_address(lane, np, kk);
+      mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
+      tile_product<S>(acc[2 * np], a, bf[0], bf[1]);
+      tile_product<S>(acc[2 * np + 1], a, bf[2], bf[3]);
     }
   }
 }
@@ -157,22 +169,20 @@ __device__ __forceinline__ void warp_pv(const AFragments<S, kN>& p, const S* M,
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kN / kStep<S>; ++kk) {
+    const auto& a = a_operand<S>(p[kk]);
     if constexpr (kTf32<S>) {
-      const mma::SplitFragment<4> a = mma::split_fragment(p[kk]);
       const S* m0 = M + mma::pv_b_row_tf32(lane, kk, 0) * kP + lane / 4;
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const uint32_t bf[2] = {__float_as_uint(m0[dt * 8]), __float_as_uint(m0[kP + dt * 8])};
-        mma::mma_1688_3xtf32(acc[dt], a, mma::split_fragment(bf));
-      }
+      for (int dt = 0; dt < kD / 8; ++dt)
+        tile_product<S>(acc[dt], a, __float_as_uint(m0[dt * 8]), __float_as_uint(m0[kP + dt * 8]));
     } else {
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
         const mma::RowCol bm = mma::b_address(lane, kk, dp);
         mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
-        mma::mma_16816<S>(acc[2 * dp], p[kk], bf[0], bf[1]);
-        mma::mma_16816<S>(acc[2 * dp + 1], p[kk], bf[2], bf[3]);
+        tile_product<S>(acc[2 * dp], a, bf[0], bf[1]);
+        tile_product<S>(acc[2 * dp + 1], a, bf[2], bf[3]);
       }
     }
   }
