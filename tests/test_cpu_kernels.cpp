@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/cost_split.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
 #include "backends/scalar_ops.h"
@@ -121,4 +122,37 @@ void check_tile_gemm(double tol) {
 TEST_CASE("tile_gemm against a triple loop: every micro-tile, A and A^T, accumulate, scale") {
   check_tile_gemm<float>(2e-5);
   check_tile_gemm<double>(1e-12);
+}
+
+TEST_CASE("task_share: contiguous shares that cover every task once, balanced by cost") {
+  const std::vector<std::vector<int64_t>> lists = {
+      {},
+      {0, 0, 0},
+      {5},
+      {1, 1, 1, 1, 1, 1, 1},
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+      {100, 0, 0, 1, 1, 1, 0, 50, 3}};
+  for (const auto& costs : lists) {
+    tg::cpu::CostPrefix c;
+    int64_t biggest = 0;
+    for (int64_t x : costs) {
+      c.add(x);
+      biggest = std::max(biggest, x);
+    }
+    const int64_t total = c.prefix.back();
+    for (int64_t threads = 1; threads <= 7; ++threads) {
+      int64_t next = 0;
+      for (int64_t t = 0; t < threads; ++t) {
+        const tg::cpu::TaskRange r = tg::cpu::task_share(c, t, threads);
+        CHECK(r.first == next);
+        CHECK(r.last >= r.first);
+        // Within one task's cost of the even share, either way.
+        const int64_t share = c.prefix[r.last] - c.prefix[r.first];
+        CHECK(share * threads <= total + biggest * threads);
+        CHECK(share * threads >= total - biggest * threads);
+        next = r.last;
+      }
+      CHECK(next == c.tasks());
+    }
+  }
 }

@@ -66,12 +66,19 @@ void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t 
       for (int64_t c = 0; c < width; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, T(0));
       return;
     }
+    // Blocks of kRowBlock source rows, each read across all its columns while it sits in L1
+    // (a whole column at a time would walk every row of the head per element, from L2).
+    constexpr int64_t kRowBlock = 16;
     src += row0 * sr;
-    for (int64_t c = 0; c < width; ++c) {
-      T* d = dst + c * ld;
-      for (int64_t r = 0; r < rows; ++r) d[r] = static_cast<T>(src[r * sr + c * sd]);
-      std::fill(d + rows, d + ld, T(0));
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      const int64_t nr = std::min(kRowBlock, rows - r0);
+      for (int64_t c = 0; c < width; ++c) {
+        T* d = dst + c * ld + r0;
+        const auto* s = src + r0 * sr + c * sd;
+        for (int64_t r = 0; r < nr; ++r) d[r] = static_cast<T>(s[r * sr]);
+      }
     }
+    for (int64_t c = 0; c < width; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, T(0));
   });
 }
 
