@@ -2,7 +2,6 @@
 // thread that walks its tasks in order can keep what consecutive tasks share (the SDPA
 // forward's packed K/V head) in its own cache, which a dynamic schedule would scatter.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +14,7 @@ namespace tg::cpu {
 // Prefix sums of task costs: prefix[i] is the cost of tasks [0, i).
 struct CostPrefix {
   std::vector<int64_t> prefix{0};
+  explicit CostPrefix(int64_t expected_tasks = 0) { prefix.reserve(expected_tasks + 1); }
   void add(int64_t cost) { prefix.push_back(prefix.back() + cost); }
   int64_t tasks() const { return static_cast<int64_t>(prefix.size()) - 1; }
 };

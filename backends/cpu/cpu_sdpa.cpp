@@ -71,7 +71,7 @@ void forward_typed(const SdpaParams& p) {
   // packed head is then read by all those tiles from this core's L2, where a pass packing
   // every head up front left them in memory (forward at (4, 8, 256, 64): 10-20% slower).
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
-  CostPrefix cost;
+  CostPrefix cost(B * Hq * q_tiles);
   for (int64_t task = 0; task < B * Hq * q_tiles; ++task) {
     const SdpaSequence seq = sdpa_sequence(p, task / (Hq * q_tiles));
     const int64_t i0 = (task % q_tiles) * kBr, rows = std::min(kBr, seq.rows_q - i0);
