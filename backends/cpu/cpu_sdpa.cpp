@@ -3,9 +3,10 @@
 // size Sq x Skv is ever allocated (except the score gradient, when a float mask asks for it).
 //
 // Every tile product goes through tile_gemm's register-blocked micro-kernel. Its B operand is
-// read row by row with whole vectors, so each key/value head is packed once (K^T and V for the
-// forward, K^T, K and V^T for the backward, rows padded to whole vectors with zeros) and then
-// read by every query tile of every query head of its group. Scores, P and dS stay in one
+// read row by row with whole vectors, so key/value heads are packed (K^T and V for the forward,
+// once per thread whose share of query tiles reaches the head; K^T, K and V^T for the backward,
+// once per head task; rows padded to whole vectors with zeros) and then read by every query
+// tile of every query head of the group from that core's cache. Scores, P and dS stay in one
 // kBr x kBc tile per thread (32 KiB at float32), where the score rules, the online softmax and
 // the dropout run over whole vectors.
 #include <algorithm>
