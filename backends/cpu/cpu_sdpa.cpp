@@ -70,7 +70,8 @@ void forward_typed(const SdpaParams& p) {
   // follow each other. Each thread takes a contiguous share of about equal cost (the keys its
   // tiles see) and packs K^T and V of a head into its own buffer when its tiles reach it: the
   // packed head is then read by all those tiles from this core's L2, where a pass packing
-  // every head up front left them in memory (forward at (4, 8, 256, 64): 10-20% slower).
+  // every head up front left them in memory (forward at (4, 8, 256, 64) on a Zen 4 core: about
+  // 10% slower).
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
   CostPrefix cost(B * Hq * q_tiles);
   for (int64_t task = 0; task < B * Hq * q_tiles; ++task) {

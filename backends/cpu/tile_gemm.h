@@ -1,6 +1,6 @@
 // The small matrix products of the tiled CPU kernels (SDPA): a register-blocked micro-kernel
 // over vectors of the build's widest registers (simd.h). Operands are tiles that already sit in
-// L1/L2 (packed once per key/value head by the caller), so there is no packing here: A is read
+// L1/L2 (packed per key/value head by the caller), so there is no packing here: A is read
 // by broadcasts at any strides, which covers A and A^T alike, and B row by row.
 //
 // Why not a BLAS: the tiles are 64 x 64 x 64 and smaller, where a library call costs its own
