@@ -18,6 +18,7 @@ namespace {
 // The float32 inputs the exps are swept over: [-110, 90] in small steps, and the edges.
 std::vector<float> exp_inputs() {
   std::vector<float> xs;
+  xs.reserve(27360 + 16);
   for (int i = 0; i < 27360; ++i) xs.push_back(-110.f + 0.00731f * static_cast<float>(i));
   xs.insert(xs.end(), {0.f, -0.f, 1e-8f, -1e-8f, 88.72f, 88.73f, -87.3f, -103.9f, -104.f,
                        -std::numeric_limits<float>::infinity(),
@@ -64,6 +65,7 @@ TEST_CASE("simd::exp_nonpositive: within 2 ulp on [-87.3, 0], exactly 0 below an
   using V = simd::Vec<float>;
   constexpr int W = simd::kLanes<float>;
   std::vector<float> xs;
+  xs.reserve(29970 + 8 + W);
   for (int i = 0; i < 29970; ++i) xs.push_back(-95.f + 0.00317f * static_cast<float>(i));
   xs.insert(xs.end(), {0.f, -0.f, 1e-7f, -1e-8f, -87.33f, -87.34f, -1000.f,
                        -std::numeric_limits<float>::infinity()});
