@@ -20,18 +20,27 @@ TG_HD inline uint32_t philox_word(uint64_t seed, uint64_t pos) {
   return r.v[pos % 4];
 }
 
-// Uniform in (0, 1], evaluated in float32: u = word * 2^-32 + 2^-33.
-TG_HD inline float philox_uniform(uint64_t seed, uint64_t pos) {
-  return static_cast<float>(philox_word(seed, pos)) * 2.3283064365386963e-10f +
-         1.1641532182693481e-10f;
+// A stream word as a uniform in (0, 1], evaluated in float32: u = word * 2^-32 + 2^-33 (the
+// product is exact, so a fused multiply-add gives the same bits).
+TG_HD inline float philox_word_to_uniform(uint32_t word) {
+  return static_cast<float>(word) * 2.3283064365386963e-10f + 1.1641532182693481e-10f;
 }
 
-// Standard normal by Box-Muller in double: element i of a stream at `offset` uses the uniforms
-// at positions offset + 2i and offset + 2i + 1.
-TG_HD inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t i) {
-  const double u1 = philox_uniform(seed, offset + 2 * i);
-  const double u2 = philox_uniform(seed, offset + 2 * i + 1);
+// The uniform at stream position `pos`.
+TG_HD inline float philox_uniform(uint64_t seed, uint64_t pos) {
+  return philox_word_to_uniform(philox_word(seed, pos));
+}
+
+// Box-Muller in double, from two uniforms of the stream.
+TG_HD inline double philox_box_muller(double u1, double u2) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// Standard normal: element i of a stream at `offset` uses the uniforms at positions
+// offset + 2i and offset + 2i + 1.
+TG_HD inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t i) {
+  return philox_box_muller(philox_uniform(seed, offset + 2 * i),
+                           philox_uniform(seed, offset + 2 * i + 1));
 }
 
 // A generator is (seed, offset); offset counts 32-bit words already used.

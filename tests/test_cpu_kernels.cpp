@@ -1,15 +1,19 @@
 // The CPU's SIMD building blocks against simple references: the scalar and vector exps
 // (scalar_ops.h, simd.h) over their float32 ranges, and the register-blocked tile product
 // (tile_gemm.h) over every micro-tile shape, both operand layouts, accumulation and row scaling,
-// float32 and float64.
+// float32 and float64; the threads' cost-balanced task shares (cost_split.h) and the bulk Philox
+// uniforms (philox_fill.h) against the one-position-at-a-time stream.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backends/cpu/cost_split.h"
+#include "backends/cpu/philox_fill.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
 #include "backends/scalar_ops.h"
+#include "core/philox.h"
 #include "test_util.h"
 
 using namespace tg::cpu;
@@ -157,4 +161,18 @@ TEST_CASE("task_share: contiguous shares that cover every task once, balanced by
       CHECK(next == c.tasks());
     }
   }
+}
+
+TEST_CASE("philox_uniforms: bit for bit philox_uniform at every alignment and length") {
+  std::vector<float> u(700);
+  for (uint64_t seed : {0ull, 42ull, 0x0123456789ABCDEFull})
+    for (uint64_t pos : {0ull, 1ull, 2ull, 3ull, 4ull, 7ull, (1ull << 33) - 5})
+      for (int64_t n : {0, 1, 3, 4, 31, 32, 33, 64, 65, 127, 128, 129, 700}) {
+        std::fill(u.begin(), u.end(), -1.f);
+        tg::cpu::philox_uniforms(seed, pos, n, u.data());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; ++i) bad += u[i] != tg::philox_uniform(seed, pos + i);
+        CHECK(bad == 0);
+        if (n < 700) CHECK(u[n] == -1.f);  // nothing written past n
+      }
 }

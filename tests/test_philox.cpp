@@ -36,3 +36,23 @@ TEST_CASE("dropout mask follows u > p at offset + n") {
   auto y = dropout(x, 0.5, 42, 0).to_vector<float>();
   for (int n = 0; n < 8; ++n) CHECK((y[n] != 0.f) == (philox_uniform(42, n) > 0.5f));
 }
+
+TEST_CASE("rand, randn and dropout over many elements: each position as drawn one at a time") {
+  // Enough elements for the vector lanes' blocks, several chunks and both threads; dropout
+  // starts mid-block.
+  const int64_t n = 20011;
+  Generator g{7, 8};
+  const auto u = rand({n}, g, kFloat32).to_vector<float>();
+  Generator h{7, 0};
+  const auto z = randn({n}, h, kFloat64).to_vector<double>();
+  const auto y = dropout(ones({n}, kFloat32), 0.3, 9, 6).to_vector<float>();
+  int64_t bad_u = 0, bad_z = 0, bad_y = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad_u += u[i] != philox_uniform(7, 8 + i);
+    bad_z += z[i] != philox_normal(7, 0, i);
+    bad_y += (y[i] != 0.f) != (philox_uniform(9, 6 + i) > 0.3f);
+  }
+  CHECK(bad_u == 0);
+  CHECK(bad_z == 0);
+  CHECK(bad_y == 0);
+}

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/philox_fill.h"
 #include "backends/cpu/simd.h"
 #include "backends/sdpa_params.h"
 #include "core/half.h"
@@ -187,18 +188,20 @@ void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, con
   }
 }
 
-// Multiplies P (rows x cols) by the dropout keep mask and 1 / (1 - p), in place.
+// Multiplies P (rows x cols, cols <= kBc) by the dropout keep mask and 1 / (1 - p), in place:
+// sdpa_keep's rule, its uniforms drawn a row at a time by philox_uniforms.
 template <class T>
 void apply_dropout(const SdpaParams& p, T* P, int64_t ld, int64_t b, int64_t h, int64_t i0,
                    int64_t rows, int64_t j0, int64_t cols) {
   const float pf = static_cast<float>(p.dropout_p);
   const T inv = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const uint64_t skv = static_cast<uint64_t>(p.len_kv());
+  float u[kBc];
   for (int64_t r = 0; r < rows; ++r) {
     const uint64_t base =
         ((static_cast<uint64_t>(b) * p.heads_q() + h) * p.len_q() + (i0 + r)) * skv + j0;
-    for (int64_t c = 0; c < cols; ++c)
-      P[r * ld + c] *= sdpa_keep(p.seed, p.offset, base + c, pf) ? inv : T(0);
+    philox_uniforms(p.seed, p.offset + base, cols, u);
+    for (int64_t c = 0; c < cols; ++c) P[r * ld + c] *= u[c] > pf ? inv : T(0);
   }
 }
 
