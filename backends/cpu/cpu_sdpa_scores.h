@@ -8,6 +8,7 @@
 
 #include "backends/cpu/philox_fill.h"
 #include "backends/cpu/simd.h"
+#include "backends/cpu/vector_tanh.h"
 #include "backends/sdpa_params.h"
 #include "core/half.h"
 
@@ -139,10 +140,17 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
     const int64_t lo = std::clamp<int64_t>(keys.lo - j0, 0, cols);
     const int64_t hi = std::clamp<int64_t>(keys.hi - j0, lo, cols);
     if (cap > T(0)) {
-      for (int64_t c = lo; c < hi; ++c) {
-        T t;
-        row[c] = sdpa_softcap(row[c], cap, t);
-        if (tanh_out) tanh_out[r * ld + c] = t;
+      if constexpr (std::is_same_v<T, float>) {  // vectorized: std::tanh is a call per score
+        float scratch[kBc];
+        float* t = tanh_out ? tanh_out + r * ld : scratch;
+        tanh_of_scaled(row + lo, cap, t + lo, hi - lo);
+        for (int64_t c = lo; c < hi; ++c) row[c] = cap * t[c];
+      } else {
+        for (int64_t c = lo; c < hi; ++c) {
+          T t;
+          row[c] = sdpa_softcap(row[c], cap, t);
+          if (tanh_out) tanh_out[r * ld + c] = t;
+        }
       }
     }
     if (p.alibi) {
