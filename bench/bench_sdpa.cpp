@@ -1,7 +1,10 @@
 // SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
 // same function composed from primitive ops), then peak memory at long sequences.
 //
-//   bench_sdpa [threads] [cpu|cuda|memory] [--precision fp32|bf16|fp16]   (or --device cuda)
+//   bench_sdpa [threads] [cpu|cuda|memory|options] [--precision fp32|bf16|fp16]   (or --device
+//   cuda)
+// options: the CPU at (4, 8, 256, 64) with one option of DESIGN §4 at a time (window 64 with
+// causal, ALiBi, softcap 30, dropout 0.1, a float mask, a bool mask), beside the plain case.
 // On CUDA: the shapes of the SDPA-on-CUDA and tensor-core issues (GQA and head dim 256
 // among them), each timed run ending with a device sync. --precision sets q, k, v's dtype;
 // on CUDA, 16-bit inputs run on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0: the float32
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "bench_args.h"
@@ -47,7 +51,18 @@ double time_ms(const std::function<void()>& body, int reps) {
 struct Case {
   int64_t B, Hq, Hk, S, D;
   bool causal;
+  std::string option;  // "", or one more option of DESIGN §4 (run_options)
 };
+
+// The options beyond causal, one at a time: their cost over the plain kernel.
+void apply_option(const Case& c, tg::SdpaOptions& o, tg::Generator& gen) {
+  if (c.option == "window64") o.window = 64;
+  if (c.option == "alibi") o.alibi = true;
+  if (c.option == "softcap") o.softcap = 30;
+  if (c.option == "dropout") o.dropout_p = 0.1, o.seed = 1;
+  if (c.option == "floatmask") o.mask = tg::randn({1, 1, c.S, c.S}, gen).to(g_dtype).to(g_device);
+  if (c.option == "boolmask") o.mask = tg::gt(tg::randn({1, 1, c.S, c.S}, gen), -1.0).to(g_device);
+}
 
 void run_case(const Case& c) {
   tg::Generator gen{1, 0};
@@ -58,6 +73,7 @@ void run_case(const Case& c) {
   tg::Tensor dout = tg::randn({c.B, c.Hq, c.S, c.D}, gen).to(g_dtype).to(g_device);
   tg::SdpaOptions o;
   o.causal = c.causal;
+  apply_option(c, o, gen);
   const int reps = c.S >= 1024 ? 3 : 5;
   auto fwd = [&](auto f) {
     return time_ms(
@@ -75,11 +91,11 @@ void run_case(const Case& c) {
   double f = fwd(ours), fb = fwdbwd(ours), rf = fwd(ref), rfb = fwdbwd(ref);
   // FLOPs: 2 GEMMs forward (4 B H S^2 D), 5 in backward; causal halves both.
   double flops = 4.0 * c.B * c.Hq * c.S * c.S * c.D * (c.causal ? 0.5 : 1.0);
-  std::printf("B%lld_Hq%lld_Hk%lld_S%lld_D%lld%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n",
+  std::printf("B%lld_Hq%lld_Hk%lld_S%lld_D%lld%s%s%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n",
               static_cast<long long>(c.B), static_cast<long long>(c.Hq),
               static_cast<long long>(c.Hk), static_cast<long long>(c.S),
-              static_cast<long long>(c.D), c.causal ? "_causal" : "", f, fb, rf, rfb,
-              flops / f * 1e-6, 3.5 * flops / fb * 1e-6);
+              static_cast<long long>(c.D), c.causal ? "_causal" : "", c.option.empty() ? "" : "_",
+              c.option.c_str(), f, fb, rf, rfb, flops / f * 1e-6, 3.5 * flops / fb * 1e-6);
   std::fflush(stdout);
 }
 
@@ -114,7 +130,7 @@ void run_memory(int64_t S) {
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
     const bench::Args args =
-        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory"});
+        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory", "options"});
     tg::set_num_threads(args.number(0, "threads", 2));
     bench::print_machine();
     g_dtype = args.precision_dtype();
@@ -126,6 +142,12 @@ int main(int argc, char** argv) {
         run_case({2, 16, 16, 2048, 256, causal});
         run_case({4, 32, 8, 2048, 128, causal});  // GQA, 4 query heads per key/value head
       }
+      return 0;
+    }
+    if (args.device == "options") {  // (4, 8, 256, 64) with each option on its own, CPU
+      for (const char* opt :
+           {"", "window64", "alibi", "softcap", "dropout", "floatmask", "boolmask"})
+        run_case({4, 8, 8, 256, 64, std::string(opt) == "window64", opt});
       return 0;
     }
     if (args.device == "cpu") {
