@@ -59,7 +59,10 @@ void apply_option(const Case& c, tg::SdpaOptions& o, tg::Generator& gen) {
   if (c.option == "window64") o.window = 64;
   if (c.option == "alibi") o.alibi = true;
   if (c.option == "softcap") o.softcap = 30;
-  if (c.option == "dropout") o.dropout_p = 0.1, o.seed = 1;
+  if (c.option == "dropout") {
+    o.dropout_p = 0.1;
+    o.seed = 1;
+  }
   if (c.option == "floatmask") o.mask = tg::randn({1, 1, c.S, c.S}, gen).to(g_dtype).to(g_device);
   if (c.option == "boolmask") o.mask = tg::gt(tg::randn({1, 1, c.S, c.S}, gen), -1.0).to(g_device);
 }

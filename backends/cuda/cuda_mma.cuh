@@ -54,24 +54,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 #endif
 }
 
+// d += A B by one mma.sync `instr` (a string literal naming shape and types) of four A
+// registers and two B registers, the float32 accumulators updated in place.
+#define TG_MMA_SYNC_F32(instr, d, a, b0, b1)                                              \
+  asm volatile(instr " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 // d += A B for one 16 x 8 x 16 tile, S the 16-bit input type.
 template <class S>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
 #if TG_MMA_ARCH
   if constexpr (std::is_same_v<S, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    TG_MMA_SYNC_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", d, a, b0, b1);
   } else {
     static_assert(std::is_same_v<S, __half>, "mma_16816: bfloat16 or float16 inputs");
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    TG_MMA_SYNC_F32("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", d, a, b0, b1);
   }
 #else
   __trap();
@@ -103,11 +102,7 @@ __device__ __forceinline__ SplitTf32 split_tf32(float x) {
 __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                               uint32_t b1) {
 #if TG_MMA_ARCH
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  TG_MMA_SYNC_F32("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", d, a, b0, b1);
 #else
   __trap();
 #endif
