@@ -7,8 +7,8 @@
 // once per thread whose share of query tiles reaches the head; K^T, K and V^T for the backward,
 // once per head task; rows padded to whole vectors with zeros) and then read by every query
 // tile of every query head of the group from that core's cache. Scores, P and dS stay in one
-// kBr x kBc tile per thread (32 KiB at float32), where the score rules, the online softmax and
-// the dropout run over whole vectors.
+// kBr x kBc tile per thread (36 KiB at float32 with its row padding), where the score rules, the
+// online softmax and the dropout run over whole vectors.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,6 +26,11 @@ namespace tg::cpu {
 namespace {
 
 using namespace sdpa_tiles;
+
+// The row stride of the score tiles: kBc plus one cache line, so that the column walks of the
+// transposed products (P^T dO, dS^T Q read a column of the tile per step) spread over the L1's
+// sets rather than landing every 512 bytes in an eighth of them.
+constexpr int64_t kLd = kBc + 16;
 
 // One step of the online softmax over a tile of scores (rows x cols, padded to cp columns):
 // raises the running max m, rescales the running sum l, turns the scores into exp(s - m) in
@@ -88,9 +93,9 @@ void forward_typed(const SdpaParams& p) {
 #pragma omp parallel
   {
     Buffer<T> buf, packed;
-    T* qt = buf.get(kBr * Dqk + kBr * kBc + kBr * dv_p + 3 * kBr);
+    T* qt = buf.get(kBr * Dqk + kBr * kLd + kBr * dv_p + 3 * kBr);
     T* s = qt + kBr * Dqk;
-    T* acc = s + kBr * kBc;
+    T* acc = s + kBr * kLd;
     T *m = acc + kBr * dv_p, *l = m + kBr, *alpha = l + kBr;
     T* kt = packed.get(kt_size + v_size);
     const T* vp = kt + kt_size;
@@ -118,12 +123,12 @@ void forward_typed(const SdpaParams& p) {
       for (int64_t x = 0; x < rows * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
       for (int64_t j0 = first_key<T>(kr.lo); j0 < kr.hi; j0 += kBc) {
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
-        finish_scores(p, seq, s, kBc, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
-        online_softmax(s, kBc, rows, cols, cp, m, l, alpha);
-        if (p.dropout_p > 0) apply_dropout(p, s, kBc, b, h, i0, rows, j0, cols);
+        tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
+        finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
+        online_softmax(s, kLd, rows, cols, cp, m, l, alpha);
+        if (p.dropout_p > 0) apply_dropout(p, s, kLd, b, h, i0, rows, j0, cols);
         // O = alpha O + P V
-        tile_gemm(rows, dv_p, cols, s, kBc, 1, vp + j0 * dv_p, dv_p, acc, dv_p, true, alpha);
+        tile_gemm(rows, dv_p, cols, s, kLd, 1, vp + j0 * dv_p, dv_p, acc, dv_p, true, alpha);
       }
       T* stats = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
       for (int64_t r = 0; r < rows; ++r) {
@@ -149,7 +154,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
     for (int64_t r = 0; r < rows; ++r) {
       const V d = simd::splat(dvec[r]);
       for (int64_t c = 0; c < cp; c += simd::kLanes<T>) {
-        const int64_t x = r * kBc + c;
+        const int64_t x = r * kLd + c;
         simd::store(dp + x, simd::load(P + x) * (simd::load(dp + x) - d));
       }
     }
@@ -159,7 +164,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
   const int64_t Hq = p.heads_q(), Sq = p.len_q(), Skv = p.len_kv();
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const int64_t x = r * kBc + c;
+      const int64_t x = r * kLd + c;
       T d = dp[x];
       if (dropout) d = Pd[x] != T(0) ? d * keep_scale : T(0);
       T ds = P[x] * (d - dvec[r]);  // dS = P * (dP - D)
@@ -187,10 +192,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 #pragma omp parallel
   {
     Buffer<T> tiles, head;
-    T* qs = tiles.get(kBr * (dq_p + 2 * dv_p + dq_p + 4 * kBc + 2));
+    T* qs = tiles.get(kBr * (dq_p + 2 * dv_p + dq_p + 4 * kLd + 2));
     T *dot = qs + kBr * dq_p, *ot = dot + kBr * dv_p, *dq = ot + kBr * dv_p;
-    T *s = dq + kBr * dq_p, *pd = s + kBr * kBc, *dp = pd + kBr * kBc, *th = dp + kBr * kBc;
-    T *dvec = th + kBr * kBc, *lse = dvec + kBr;
+    T *s = dq + kBr * dq_p, *pd = s + kBr * kLd, *dp = pd + kBr * kLd, *th = dp + kBr * kLd;
+    T *dvec = th + kBr * kLd, *lse = dvec + kBr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk; ++task) {
       const int64_t b = task / Hk, hk = task % Hk;
@@ -223,22 +228,22 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           }
           for (int64_t j0 = first_key<T>(range.lo); j0 < range.hi; j0 += kBc) {
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
-            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kBc, false);  // S = Q K^T
-            finish_scores(p, seq, s, kBc, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
-            probabilities(s, kBc, rows, cols, cp, lse);  // P from the saved logsumexp
+            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
+            finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
+            probabilities(s, kLd, rows, cols, cp, lse);  // P from the saved logsumexp
             const T* P = s;
             if (dropout) {
-              std::copy(s, s + rows * kBc, pd);
-              apply_dropout(p, pd, kBc, b, h, i0, rows, j0, cols);
+              std::copy(s, s + rows * kLd, pd);
+              apply_dropout(p, pd, kLd, b, h, i0, rows, j0, cols);
               P = pd;
             }
             // dV += Pd^T dO;  dP = dO V^T
-            tile_gemm(cols, dv_p, rows, P, 1, kBc, dot, dv_p, dv + j0 * dv_p, dv_p, true);
-            tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kBc, false);
+            tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
+            tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
             score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols, cp);
             // dQ += dS K;  dK += dS^T Q (q pre-scaled)
-            tile_gemm(rows, dq_p, cols, dp, kBc, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
-            tile_gemm(cols, dq_p, rows, dp, 1, kBc, qs, dq_p, dk + j0 * dq_p, dq_p, true);
+            tile_gemm(rows, dq_p, cols, dp, kLd, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
+            tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + j0 * dq_p, dq_p, true);
           }
           store_rows(g.dq, b, h, seq.q0 + i0, rows, dq, dq_p, scale);
         }
