@@ -88,6 +88,10 @@ Inputs make_inputs(const Config& c, uint64_t seed) {
   in.dout = rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3);
   if (c.mask_kind == 1) in.mask = rnd(c.mask_shape, seed + 4, -2, 2);
   if (c.mask_kind == 2) in.mask = gt(rnd(c.mask_shape, seed + 5), -0.6);
+  if (c.mask_kind && c.strided) {  // the same values with keys not adjacent in memory
+    const int64_t n = static_cast<int64_t>(c.mask_shape.size());
+    in.mask = in.mask.transpose(n - 2, n - 1).contiguous().transpose(n - 2, n - 1);
+  }
   return in;
 }
 

@@ -160,19 +160,25 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
     }
     return;
   }
+  // Otherwise a pass per rule over each row, each a loop the compiler vectorizes (one loop with
+  // the rules inside had a branch per score on the dropout mask, mispredicted at random).
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const int64_t Hq = p.heads_q(), Sq = p.len_q(), Skv = p.len_kv();
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t x = r * kLd + c;
-      T d = dp[x];
-      if (dropout) d = Pd[x] != T(0) ? d * keep_scale : T(0);
-      T ds = P[x] * (d - dvec[r]);  // dS = P * (dP - D)
-      if (g.dscores.data) {
-        static_cast<T*>(g.dscores.data)[((b * Hq + h) * Sq + i0 + r) * Skv + j0 + c] = ds;
-      }
-      if (p.softcap > 0) ds *= sdpa_softcap_grad(th[x]);
-      dp[x] = ds;
+    T* d = dp + r * kLd;
+    const T *pr = P + r * kLd, dr = dvec[r];
+    if (dropout) {
+      const T* kept = Pd + r * kLd;
+      for (int64_t c = 0; c < cols; ++c) d[c] = kept[c] != T(0) ? d[c] * keep_scale : T(0);
+    }
+    for (int64_t c = 0; c < cols; ++c) d[c] = pr[c] * (d[c] - dr);  // dS = P * (dP - D)
+    if (g.dscores.data) {
+      std::copy(d, d + cols,
+                static_cast<T*>(g.dscores.data) + ((b * Hq + h) * Sq + i0 + r) * Skv + j0);
+    }
+    if (p.softcap > 0) {
+      const T* t = th + r * kLd;
+      for (int64_t c = 0; c < cols; ++c) d[c] *= sdpa_softcap_grad(t[c]);
     }
   }
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -173,6 +174,8 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
   const bool float_mask = p.mask.data && p.mask.dtype != kBool;
   const bool bool_mask = p.mask.data && p.mask.dtype == kBool;
   const int64_t* ms = p.mask.strides.data();
+  // Query and key positions that fit int32 (ALiBi's distances in 32-bit lanes).
+  const bool small = std::max(i0 + rows + std::abs(shift), j0 + cols) < (int64_t{1} << 30);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r, ia = i + shift;
     T* row = S + r * ld;
@@ -195,16 +198,35 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
       }
     }
     if (p.alibi) {
-      for (int64_t c = lo; c < hi; ++c) row[c] = sdpa_alibi(row[c], slope, ia, j0 + c);
+      if (small) {  // sdpa_alibi's |ia - j| in int32 lanes: the same integers, vectorized
+        const int32_t d0 = static_cast<int32_t>(ia - j0);
+        for (int64_t c = lo; c < hi; ++c) {
+          const int32_t d = d0 - static_cast<int32_t>(c);
+          row[c] -= slope * static_cast<T>(d < 0 ? -d : d);
+        }
+      } else {
+        for (int64_t c = lo; c < hi; ++c) row[c] = sdpa_alibi(row[c], slope, ia, j0 + c);
+      }
     }
     if (p.mask.data) {
       const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
+      // A mask row of contiguous keys (the usual layout) gets loops the compiler vectorizes: a
+      // bool mask read element by element is a branch per score, mispredicted at random.
       if (float_mask) {
         const T* m = static_cast<const T*>(p.mask.data) + base;
-        for (int64_t c = lo; c < hi; ++c) row[c] += m[c * ms[3]];
+        if (ms[3] == 1) {
+          for (int64_t c = lo; c < hi; ++c) row[c] += m[c];
+        } else {
+          for (int64_t c = lo; c < hi; ++c) row[c] += m[c * ms[3]];
+        }
       } else if (bool_mask) {
         const bool* m = static_cast<const bool*>(p.mask.data) + base;
-        for (int64_t c = lo; c < hi; ++c) row[c] = m[c * ms[3]] ? row[c] : ninf;
+        if (ms[3] == 1) {
+          const auto* mb = reinterpret_cast<const uint8_t*>(m);
+          for (int64_t c = lo; c < hi; ++c) row[c] = mb[c] != 0 ? row[c] : ninf;
+        } else {
+          for (int64_t c = lo; c < hi; ++c) row[c] = m[c * ms[3]] ? row[c] : ninf;
+        }
       }
     }
     std::fill(row, row + lo, ninf);
