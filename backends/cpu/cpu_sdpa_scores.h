@@ -174,6 +174,9 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
   const bool float_mask = p.mask.data && p.mask.dtype != kBool;
   const bool bool_mask = p.mask.data && p.mask.dtype == kBool;
   const int64_t* ms = p.mask.strides.data();
+  if (cap <= T(0) && !p.alibi && !p.mask.data && i0 + rows <= len_q && j0 + cols <= len_kv &&
+      sdpa_all_visible(p.causal, p.window, i0 + shift, i0 + rows - 1 + shift, j0, j0 + cols - 1))
+    return;  // no rule touches this tile: the dot products are the scores
   // Query and key positions that fit int32 (ALiBi's distances in 32-bit lanes).
   const bool small = std::max(i0 + rows + std::abs(shift), j0 + cols) < (int64_t{1} << 30);
   for (int64_t r = 0; r < rows; ++r) {
