@@ -160,8 +160,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
     }
     return;
   }
-  // Otherwise a pass per rule over each row, each a loop the compiler vectorizes (one loop with
-  // the rules inside had a branch per score on the dropout mask, mispredicted at random).
+  // Otherwise a pass per rule over each row, each a loop the compiler can vectorize.
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const int64_t Hq = p.heads_q(), Sq = p.len_q(), Skv = p.len_kv();
   for (int64_t r = 0; r < rows; ++r) {

@@ -55,9 +55,9 @@ void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, 
 }
 
 // dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block of float32, in three rounds of
-// two-vector shuffles (unpack, pairs, halves) on 8-lane vectors whatever the build's width:
-// K^T and V^T are packed once per head, and element by element that pass cost about as much as
-// the head's exp (3% of the forward and backward at (4, 8, 256, 64) on a Zen 4 core).
+// two-vector shuffles (unpack, pairs, halves) on 8-lane vectors whatever the build's width.
+// Element by element, packing K^T and V^T took about 3% of the forward and backward at
+// (4, 8, 256, 64) on a Zen 4 core.
 inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
   typedef float V8 __attribute__((vector_size(32)));
   V8 r[8], t[8], u[8];
