@@ -98,7 +98,7 @@ void forward_typed(const SdpaParams& p) {
     T* acc = s + kBr * kLd;
     T *m = acc + kBr * dv_p, *l = m + kBr, *alpha = l + kBr;
     T* kt = packed.get(kt_size + v_size);
-    const T* vp = kt + kt_size;
+    T* vp = kt + kt_size;
     int64_t packed_head = -1;  // (batch, kv head) now in kt, vp
     const TaskRange mine = my_tasks(cost);
     for (int64_t task = mine.first; task < mine.last; ++task) {
@@ -112,7 +112,7 @@ void forward_typed(const SdpaParams& p) {
         const int64_t* at =
             p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + seq.kv0 : nullptr;
         load_transposed(p.k, b, h / G, seq.kv0, seq.rows_kv, kt, skv_p, at);
-        load_rows(p.v, b, h / G, seq.kv0, seq.rows_kv, kt + kt_size, dv_p, at);
+        load_rows(p.v, b, h / G, seq.kv0, seq.rows_kv, vp, dv_p, at);
       }
       const int64_t rows = std::min(kBr, seq.rows_q - i0);
       std::fill(m, m + rows, ninf);

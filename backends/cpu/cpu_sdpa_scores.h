@@ -177,8 +177,9 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
   if (cap <= T(0) && !p.alibi && !p.mask.data && i0 + rows <= len_q && j0 + cols <= len_kv &&
       sdpa_all_visible(p.causal, p.window, i0 + shift, i0 + rows - 1 + shift, j0, j0 + cols - 1))
     return;  // no rule touches this tile: the dot products are the scores
-  // Query and key positions that fit int32 (ALiBi's distances in 32-bit lanes).
-  const bool small = std::max(i0 + rows + std::abs(shift), j0 + cols) < (int64_t{1} << 30);
+  // ALiBi with query and key positions that fit int32: its distances in 32-bit lanes.
+  const bool alibi_int32 =
+      p.alibi && std::max(i0 + rows + std::abs(shift), j0 + cols) < (int64_t{1} << 30);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r, ia = i + shift;
     T* row = S + r * ld;
@@ -201,7 +202,7 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
       }
     }
     if (p.alibi) {
-      if (small) {  // sdpa_alibi's |ia - j| in int32 lanes: the same integers, vectorized
+      if (alibi_int32) {  // sdpa_alibi's |ia - j| in int32 lanes: the same integers, vectorized
         const int32_t d0 = static_cast<int32_t>(ia - j0);
         for (int64_t c = lo; c < hi; ++c) {
           const int32_t d = d0 - static_cast<int32_t>(c);
