@@ -66,7 +66,7 @@ TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over i
   CHECK(std::isnan(simd::exp<float>(nan)[0]));
 }
 
-TEST_CASE("simd::exp_nonpositive: within 2 ulp on [-87.3, 0], exactly 0 below and for -inf") {
+TEST_CASE("simd::exp_nonpositive: within 1.35 ulp on [-87.3, 0], exactly 0 below and for -inf") {
   using V = simd::Vec<float>;
   constexpr int W = simd::kLanes<float>;
   std::vector<float> xs;
@@ -83,7 +83,8 @@ TEST_CASE("simd::exp_nonpositive: within 2 ulp on [-87.3, 0], exactly 0 below an
       if (xs[i + l] < -87.33654f) {
         CHECK(y[l] == 0.f);
       } else {
-        CHECK(std::abs(y[l] - want) <= 2.4e-7 * want);
+        const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);  // of want's binade
+        CHECK(std::abs(y[l] - want) <= 1.35 * ulp);
       }
     }
   }
