@@ -1,0 +1,78 @@
+// The softmax's exp on one core: the forward's exp pass over a 64 x 128 score tile held in L1
+// (subtract the row max, exp, store, row sum; backends/cpu/cpu_sdpa.cpp's online_softmax), in
+// nanoseconds per score, with three exps:
+//  - simd::exp_nonpositive, the one the SDPA kernels run (backends/cpu/simd.h);
+//  - scalar::exp_reduced with one 2^n and a clamp, which exp_nonpositive was until 2026-11-24;
+//  - simd::exp, the elementwise kernels' exp (any argument, subnormal results).
+// Best of 30 runs of 200 passes each. Built for the library's instruction set
+// (TAPEGRAD_NATIVE), like the kernels.
+//
+//   bench_softmax_exp
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "backends/cpu/simd.h"
+
+namespace {
+
+using namespace tg::cpu;
+using V = simd::Vec<float>;
+constexpr int kW = simd::kLanes<float>;
+constexpr int kRows = 64, kCols = 128, kLd = kCols + 16;
+
+V exp_reduced_one_scale(V x) {
+  using VI = simd::Vec<int32_t>;
+  const V lo = simd::splat(-87.33654f);
+  const V xc = x < lo ? lo : x;
+  V n;
+  const V p = tg::scalar::exp_reduced(xc, n);
+  const VI ni = __builtin_convertvector(n, VI);
+  const V y = p * reinterpret_cast<V>((ni + 127) << 23);
+  return x < lo ? simd::splat(0.0f) : y;
+}
+
+template <V (*Exp)(V)>
+double ns_per_score(std::vector<float>& tile) {
+  double best = 1e30;
+  float sink = 0;
+  for (int run = 0; run < 30; ++run) {
+    const auto a = std::chrono::steady_clock::now();
+    for (int pass = 0; pass < 200; ++pass) {
+      for (int r = 0; r < kRows; ++r) {
+        float* row = tile.data() + r * kLd;
+        const V m = simd::splat(0.25f);
+        V sum{};
+        // Stores -e - 0.25 so that the next pass again sees arguments in [-1.5, 0].
+        for (int c = 0; c < kCols; c += kW) {
+          const V e = Exp(simd::load(row + c) - m);
+          simd::store(row + c, -e);
+          sum += e;
+        }
+        sink += simd::reduce_sum(sum);
+      }
+    }
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - a).count();
+    best = std::min(best, ns / (200.0 * kRows * kCols));
+  }
+  if (sink == 1.5f) std::printf(" ");  // keeps the passes from being optimized away
+  return best;
+}
+
+}  // namespace
+
+int main() {
+  std::vector<float> tile(kRows * kLd);
+  for (size_t i = 0; i < tile.size(); ++i) tile[i] = -static_cast<float>(i % 997) / 997.0f;
+  std::printf("softmax exp pass, 64 x 128 tile in L1, 1 thread, %s vectors (%d lanes)\n\n",
+              simd::isa_name(), kW);
+  std::printf("| exp | ns per score | relative to exp_nonpositive |\n| --- | ---: | ---: |\n");
+  const double ours = ns_per_score<simd::exp_nonpositive<float>>(tile);
+  const double before = ns_per_score<exp_reduced_one_scale>(tile);
+  const double general = ns_per_score<simd::exp<float>>(tile);
+  std::printf("| simd::exp_nonpositive | %.3f | 1.00 |\n", ours);
+  std::printf("| exp_reduced, one 2^n (before) | %.3f | %.2f |\n", before, before / ours);
+  std::printf("| simd::exp | %.3f | %.2f |\n", general, general / ours);
+}
