@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/simd.h"
+#include "bench_args.h"
 
 namespace {
 
@@ -64,9 +65,11 @@ double ns_per_score(std::vector<float>& tile) {
 }  // namespace
 
 int main() {
+  tg::set_num_threads(1);
+  bench::print_machine();
   std::vector<float> tile(kRows * kLd);
   for (size_t i = 0; i < tile.size(); ++i) tile[i] = -static_cast<float>(i % 997) / 997.0f;
-  std::printf("softmax exp pass, 64 x 128 tile in L1, 1 thread, %s vectors (%d lanes)\n\n",
+  std::printf("\nsoftmax exp pass, 64 x 128 tile in L1, 1 thread, %s vectors (%d lanes)\n\n",
               simd::isa_name(), kW);
   std::printf("| exp | ns per score | relative to exp_nonpositive |\n| --- | ---: | ---: |\n");
   const double ours = ns_per_score<simd::exp_nonpositive<float>>(tile);
