@@ -45,7 +45,7 @@ double ns_per_score(std::vector<float>& tile) {
         float* row = tile.data() + r * kLd;
         const V m = simd::splat(0.25f);
         V sum{};
-        // Stores -e - 0.25 so that the next pass again sees arguments in [-1.5, 0].
+        // Stores -e, in [-1, 0), so that every pass sees arguments in [-1.25, -0.25].
         for (int c = 0; c < kCols; c += kW) {
           const V e = Exp(simd::load(row + c) - m);
           simd::store(row + c, -e);
