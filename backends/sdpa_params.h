@@ -206,9 +206,11 @@ TG_HD inline T sdpa_alibi(T s, T slope, int64_t ia, int64_t j) {
 }
 
 // Dropout keeps score (b, h, i, j) when the Philox uniform at offset + its row-major index in
-// (B, Hq, Sq, Skv) exceeds p.
+// (B, Hq, Sq, Skv) exceeds p: sdpa_keeps for a uniform already drawn (the CPU draws them a
+// row at a time), sdpa_keep from its position.
+TG_HD inline bool sdpa_keeps(float uniform, float p) { return uniform > p; }
 TG_HD inline bool sdpa_keep(uint64_t seed, uint64_t offset, uint64_t linear, float p) {
-  return philox_uniform(seed, offset + linear) > p;
+  return sdpa_keeps(philox_uniform(seed, offset + linear), p);
 }
 
 }  // namespace tg

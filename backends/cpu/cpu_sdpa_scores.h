@@ -277,7 +277,7 @@ void apply_dropout(const SdpaParams& p, T* P, int64_t ld, int64_t b, int64_t h, 
     const uint64_t base =
         ((static_cast<uint64_t>(b) * p.heads_q() + h) * p.len_q() + (i0 + r)) * skv + j0;
     philox_uniforms(p.seed, p.offset + base, cols, u);
-    for (int64_t c = 0; c < cols; ++c) P[r * ld + c] *= u[c] > pf ? inv : T(0);
+    for (int64_t c = 0; c < cols; ++c) P[r * ld + c] *= sdpa_keeps(u[c], pf) ? inv : T(0);
   }
 }
 

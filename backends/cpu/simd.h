@@ -138,11 +138,11 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
 #else
     const V xc = x < lo ? lo : x;
 #endif
-    const V shifter = splat(12582912.0f);            // 1.5 * 2^23
-    const V nb = xc * splat(1.44269504f) + shifter;  // bits: those of 1.5 * 2^23, plus n
+    const V shifter = splat(scalar::kExpShifter);
+    const V nb = xc * splat(scalar::kExpLog2e) + shifter;  // bits: those of 1.5 * 2^23, plus n
     const V n = nb - shifter;
-    V r = xc - n * splat(0.693145752f);  // ln2 in two parts, as in scalar::exp_reduced
-    r = r - n * splat(1.42860677e-6f);
+    V r = xc - n * splat(scalar::kExpLn2Hi);
+    r = r - n * splat(scalar::kExpLn2Lo);
     V p = r * splat(1.384365372e-03f) + splat(8.374155499e-03f);
     p = p * r + splat(4.166800156e-02f);
     p = p * r + splat(1.666643173e-01f);
