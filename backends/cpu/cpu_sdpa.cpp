@@ -265,7 +265,15 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               lse[r] = st[r * p.stats.strides[2]];
             }
           }
-          for (int64_t j0 = first_key<T>(range.lo); j0 < range.hi; j0 += kBc) {
+          // Every other query tile walks the key blocks backwards, so that it starts on the blocks
+          // the tile before it touched last, still in this core's L2 when a head's packed K^T,
+          // K, V^T, dK and dV outgrow it (1.3 MB at S = 1024, D = 64; fwd+bwd 0.5% faster
+          // there). dQ's sum over the blocks then runs in the other order, fixed all the same.
+          const int64_t jfirst = first_key<T>(range.lo);
+          const int64_t blocks = range.hi > jfirst ? (range.hi - jfirst + kBc - 1) / kBc : 0;
+          const bool backwards = (i0 / kBr) % 2 == 1;
+          for (int64_t t = 0; t < blocks; ++t) {
+            const int64_t j0 = jfirst + (backwards ? blocks - 1 - t : t) * kBc;
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
             finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
