@@ -177,24 +177,14 @@ void forward_typed(const SdpaParams& p) {
 }
 
 // dS = P (dP - D) over a tile, in place in dp, with the dropout mask, the float mask's score
-// gradient and softcap's chain rule when they are on. Columns [cols, cp) are left as they are.
+// gradient and softcap's chain rule when they are on (without them, probabilities computes dS
+// as it computes P). Columns past cols are left as they are.
 template <class T>
 void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T* Pd, T* dp,
                 const T* th, const T* dvec, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                int64_t j0, int64_t cols, int64_t cp) {
+                int64_t j0, int64_t cols) {
   const bool dropout = p.dropout_p > 0;
-  if (!dropout && p.softcap <= 0 && !g.dscores.data) {
-    using V = simd::Vec<T>;
-    for (int64_t r = 0; r < rows; ++r) {
-      const V d = simd::splat(dvec[r]);
-      for (int64_t c = 0; c < cp; c += simd::kLanes<T>) {
-        const int64_t x = r * kLd + c;
-        simd::store(dp + x, simd::load(P + x) * (simd::load(dp + x) - d));
-      }
-    }
-    return;
-  }
-  // Otherwise a pass per rule over each row, each a loop the compiler can vectorize.
+  // A pass per rule over each row, each a loop the compiler can vectorize.
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const int64_t Hq = p.heads_q(), Sq = p.len_q(), Skv = p.len_kv();
   for (int64_t r = 0; r < rows; ++r) {
@@ -224,6 +214,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const int64_t dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0;
+  const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head): it owns dK and dV of that head and dQ of its query
@@ -277,17 +268,24 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
             finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
-            probabilities(s, kLd, rows, cols, cp, lse);  // P from the saved logsumexp
             const T* P = s;
-            if (dropout) {
-              std::copy(s, s + rows * kLd, pd);
-              apply_dropout(p, pd, kLd, b, h, i0, rows, j0, cols);
-              P = pd;
+            if (plain) {
+              // dP = dO V^T; P and dS in one pass; dV += P^T dO
+              tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
+              probabilities(s, kLd, rows, cols, cp, lse, dp, dvec);
+              tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
+            } else {
+              probabilities(s, kLd, rows, cols, cp, lse);  // P from the saved logsumexp
+              if (dropout) {
+                std::copy(s, s + rows * kLd, pd);
+                apply_dropout(p, pd, kLd, b, h, i0, rows, j0, cols);
+                P = pd;
+              }
+              // dV += Pd^T dO;  dP = dO V^T
+              tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
+              tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
+              score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
             }
-            // dV += Pd^T dO;  dP = dO V^T
-            tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
-            tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
-            score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols, cp);
             // dQ += dS K;  dK += dS^T Q (q pre-scaled)
             tile_gemm(rows, dq_p, cols, dp, kLd, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
             tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + j0 * dq_p, dq_p, true);

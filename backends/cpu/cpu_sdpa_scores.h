@@ -245,9 +245,12 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
 
 // Turns final scores (rows x cols, padded to cp columns) into P = exp(s - lse) in place, from
 // the forward's logsumexp: 0 in the padding columns and in rows that every rule hides (lse
-// -inf).
+// -inf). With dp (row stride ld) and D, also turns dP into the score gradient dS = P (dP - D)
+// in the same pass (the backward's plain case: no dropout, softcap or score gradient output),
+// which saves reading P back in a pass of its own.
 template <class T>
-void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, const T* lse) {
+void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, const T* lse,
+                   T* dp = nullptr, const T* dvec = nullptr) {
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -256,11 +259,22 @@ void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, con
     std::fill(row + cols, row + cp, ninf);
     if (lse[r] == ninf) {
       std::fill(row, row + cp, T(0));
+      if (dp) std::fill(dp + r * ld, dp + r * ld + cp, T(0));
       continue;
     }
     const V l = simd::splat(lse[r]);
-    for (int64_t c = 0; c < cp; c += W)
-      simd::store(row + c, simd::exp_nonpositive<T>(simd::load(row + c) - l));
+    if (!dp) {
+      for (int64_t c = 0; c < cp; c += W)
+        simd::store(row + c, simd::exp_nonpositive<T>(simd::load(row + c) - l));
+      continue;
+    }
+    T* drow = dp + r * ld;
+    const V d = simd::splat(dvec[r]);
+    for (int64_t c = 0; c < cp; c += W) {
+      const V e = simd::exp_nonpositive<T>(simd::load(row + c) - l);
+      simd::store(row + c, e);
+      simd::store(drow + c, e * (simd::load(drow + c) - d));
+    }
   }
 }
 
