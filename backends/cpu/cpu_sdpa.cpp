@@ -83,12 +83,10 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
     if (m[r] == ninf) {  // nothing visible in this row yet
       std::fill(row, row + cp, T(0));
     } else {
-      const V vm = simd::splat(m[r]);
-      for (int64_t c = 0; c < cp; c += W) {
-        const V e = simd::exp_nonpositive<T>(simd::load(row + c) - vm);
+      exp_row(row, cp, m[r], [&](int64_t c, V e) {
         simd::store(row + c, e);
         sum += e;
-      }
+      });
     }
     scatter_lanes<T>(sum, lanes, r);
   }

@@ -115,58 +115,104 @@ inline Vec<T> exp(Vec<T> x) {
   }
 }
 
+namespace exp_detail {
+// The Cody-Waite reduction x = n ln2 + r of exp, r in [-ln2/2, ln2/2]: n is rounded by adding
+// 1.5 * 2^23, whose low bits (in nb) are then n itself.
+inline Vec<float> exp_reduction(Vec<float> x, Vec<float>& nb, Vec<float>& n) {
+  using V = Vec<float>;
+  const V shifter = splat(scalar::kExpShifter);
+  nb = x * splat(scalar::kExpLog2e) + shifter;
+  n = nb - shifter;
+  const V r = x - n * splat(scalar::kExpLn2Hi);
+  return r - n * splat(scalar::kExpLn2Lo);
+}
+// e^r on [-ln2/2, ln2/2]: a degree-6 minimax polynomial (relative error 1.7e-8 with these float
+// coefficients, fitted by Lawson's algorithm).
+inline Vec<float> exp_polynomial(Vec<float> r) {
+  using V = Vec<float>;
+  V p = r * splat(1.384365372e-03f) + splat(8.374155499e-03f);
+  p = p * r + splat(4.166800156e-02f);
+  p = p * r + splat(1.666643173e-01f);
+  p = p * r + splat(4.999999404e-01f);
+  p = p * r + splat(1.0f);
+  return p * r + splat(1.0f);
+}
+}  // namespace exp_detail
+
 // e^x for the arguments of a softmax, x <= 0 (s - max, s - logsumexp; a rounding-level
 // positive x is fine too): where float32 results would be subnormal (x < -87.34, ln of the
 // smallest normal float: < 1.2e-38 next to a row sum of at least 1) the result is 0, and so for
 // -inf (masked scores). Within 1.05 ulp of exp on [-87.34, 0], 1.35 where the build has no FMA
 // (every float checked against a double exp; the test samples 30000). The online softmax runs it on
-// every score in the forward and again in the backward, so it is written for few vector operations
-// (they, not its dependency chain, bound it: an Estrin-ordered polynomial was slower): the
-// Cody-Waite reduction x = n ln2 + r of exp, with n rounded by adding 1.5 * 2^23, whose low bits
-// are then n itself, shifted into the exponent field of 2^n without a conversion; and a degree-6
-// minimax polynomial for e^r on [-ln2/2, ln2/2] (relative error 1.7e-8 with these float
-// coefficients, fitted by Lawson's algorithm; exp keeps its degree-7 Taylor series).
-// Three vector operations fewer than exp's algorithm: the exp pass 1.10-1.13x as fast on AVX2
-// code, 1.35-1.41x with AVX-512 below (bench_softmax_exp, Zen 4). float64: std::exp.
+// every score in the forward and again in the backward, so it is written for few vector
+// operations: exp_detail::exp_reduction, whose n is shifted from nb's bits into the exponent field
+// of 2^n without a conversion, and exp_detail::exp_polynomial (degree 6; exp keeps its degree-7
+// Taylor series). Three vector operations fewer than exp's algorithm: the exp pass 1.10-1.13x as
+// fast on AVX2 code, 1.35-1.41x with AVX-512 (bench_softmax_exp, Zen 4). float64: std::exp.
+#if defined(__AVX512F__)
 template <class T>
 inline Vec<T> exp_nonpositive(Vec<T> x) {
   if constexpr (sizeof(T) == 4) {
     using V = Vec<float>;
-    const V lo = splat(-87.33654f);
-#if defined(__AVX512F__)
-    const V xc = x;  // lanes below lo are zeroed by the mask of the last step instead
-#else
-    const V xc = x < lo ? lo : x;
-#endif
-    const V shifter = splat(scalar::kExpShifter);
-    const V nb = xc * splat(scalar::kExpLog2e) + shifter;  // bits: those of 1.5 * 2^23, plus n
-    const V n = nb - shifter;
-    V r = xc - n * splat(scalar::kExpLn2Hi);
-    r = r - n * splat(scalar::kExpLn2Lo);
-    V p = r * splat(1.384365372e-03f) + splat(8.374155499e-03f);
-    p = p * r + splat(4.166800156e-02f);
-    p = p * r + splat(1.666643173e-01f);
-    p = p * r + splat(4.999999404e-01f);
-    p = p * r + splat(1.0f);
-    p = p * r + splat(1.0f);
-#if defined(__AVX512F__)
-    // p 2^n in one vscalefps, which zeroes the lanes below lo (not NaN) by its mask: the same
-    // results as below with four operations fewer.
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
+    V nb, n;
+    const V p = exp_detail::exp_polynomial(exp_detail::exp_reduction(x, nb, n));
+    // p 2^n in one vscalefps, which zeroes the lanes below -87.34 (not NaN) by its mask: no
+    // clamp, no blend.
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, splat(-87.33654f), _CMP_NLT_UQ);
     return reinterpret_cast<V>(
         _mm512_maskz_scalef_ps(keep, reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(n)));
+  } else {
+    return exp<T>(x);
+  }
+}
 #else
+// Without AVX-512 it also comes in two halves, exp_nonpositive_finish(exp_nonpositive_reduce(x,
+// scale), scale): the reduction, which returns r and sets scale (2^n, or 0 below -87.34), and the
+// polynomial times the scale. The kernels run them as two passes over a row of scores, with r and
+// the scales in memory between them (sdpa_tiles::exp_row): each half is a chain of about half the
+// dependent operations, so the out-of-order core, which holds a fixed number of operations
+// waiting on their inputs, keeps more of the row's vectors in flight. One pass ran at 10.0-10.4
+// cycles per 8-lane vector on Zen 4, bound by that rather than by the operations issued (an
+// Estrin-ordered polynomial, a shorter chain of more operations, was no faster); two at 9.5. (With
+// AVX-512 the passes' extra stores and loads of 64-byte vectors cost more than they save: 21
+// cycles per 16-lane vector against 13-15.)
+template <class T>
+inline Vec<T> exp_nonpositive_reduce(Vec<T> x, Vec<T>& scale) {
+  if constexpr (sizeof(T) == 4) {
+    using V = Vec<float>;
+    const V lo = splat(-87.33654f);
+    const auto below = x < lo;  // not NaN: a NaN x gives a NaN r
+    V nb, n;
+    const V r = exp_detail::exp_reduction(below ? lo : x, nb, n);
     // n << 23 is the low bits of nb shifted (the shifter's own bits shift out); + 127 << 23
     // makes it 2^n's bit pattern (unsigned: the sums wrap as they should), n >= -126 after the
     // clamp.
     using VU = Vec<uint32_t>;
     const VU two_n = (reinterpret_cast<VU>(nb) << 23) + (127u << 23);
-    const V y = p * reinterpret_cast<V>(two_n);
-    return x < lo ? splat(0.0f) : y;
-#endif
+    scale = below ? splat(0.0f) : reinterpret_cast<V>(two_n);
+    return r;
   } else {
-    return exp<T>(x);
+    scale = Vec<T>{};
+    return x;
   }
 }
+
+template <class T>
+inline Vec<T> exp_nonpositive_finish(Vec<T> r, Vec<T> scale) {
+  if constexpr (sizeof(T) == 4) {
+    return exp_detail::exp_polynomial(r) * scale;
+  } else {
+    (void)scale;
+    return exp<T>(r);
+  }
+}
+
+template <class T>
+inline Vec<T> exp_nonpositive(Vec<T> x) {
+  Vec<T> scale;
+  const Vec<T> r = exp_nonpositive_reduce<T>(x, scale);
+  return exp_nonpositive_finish<T>(r, scale);
+}
+#endif
 
 }  // namespace tg::cpu::simd
