@@ -246,7 +246,7 @@ void finish_scores(const SdpaParams& p, const SdpaSequence& seq, T* S, int64_t l
 // e^(row[c] - m) for the cp <= kBc columns of a row, handed to f(c, e) a vector at a time.
 // Without AVX-512, the two halves of simd::exp_nonpositive in two passes, r kept in the row
 // itself and the scales in a scratch row between them (simd.h says why; forward+backward at
-// (1, 8, 1024, 64), one Zen 4 core, AVX2: 1.5% faster than one pass).
+// (1, 8, 1024, 64), one Zen 4 core, AVX2: 0.6-1.5% faster than one pass).
 template <class T, class F>
 void exp_row(T* row, int64_t cp, T m, F&& f) {
   using V = simd::Vec<T>;

@@ -175,7 +175,7 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
 // cycles per 8-lane vector on Zen 4, bound by that rather than by the operations issued (an
 // Estrin-ordered polynomial, a shorter chain of more operations, was no faster); two at 9.5. (With
 // AVX-512 the passes' extra stores and loads of 64-byte vectors cost more than they save: 21
-// cycles per 16-lane vector against 13-15.)
+// cycles per 16-lane vector against 12.8.)
 template <class T>
 inline Vec<T> exp_nonpositive_reduce(Vec<T> x, Vec<T>& scale) {
   if constexpr (sizeof(T) == 4) {
