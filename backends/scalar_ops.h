@@ -16,22 +16,32 @@ TG_HD inline float bits_to_float(int bits) {
   return half_bits::bits_float(static_cast<uint32_t>(bits));
 }
 
-// The constants of exp's Cody-Waite reduction x = n ln2 + r (exp_reduced, and
-// simd::exp_nonpositive): adding 1.5 * 2^23 rounds a float to the nearest integer; ln2 in two
-// parts, the first with few enough bits that n * kExpLn2Hi is exact.
+// The constants of exp's Cody-Waite reduction x = n ln2 + r (exp_reduction below): adding
+// 1.5 * 2^23 rounds a float to the nearest integer; ln2 in two parts, the first with few enough
+// bits that n * kExpLn2Hi is exact.
 inline constexpr float kExpShifter = 12582912.0f;
 inline constexpr float kExpLog2e = 1.44269504f;
 inline constexpr float kExpLn2Hi = 0.693145752f;
 inline constexpr float kExpLn2Lo = 1.42860677e-6f;
 
+// The Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, for float and for GCC's float vectors
+// alike: returns r and sets n = round(x / ln2) and nb = x log2e + 1.5 * 2^23, whose low bits are
+// n itself (simd::exp_nonpositive shifts them into 2^n's exponent field).
+template <class F>
+TG_HD inline F exp_reduction(F x, F& nb, F& n) {
+  nb = x * kExpLog2e + kExpShifter;
+  n = nb - kExpShifter;
+  const F r = x - n * kExpLn2Hi;
+  return r - n * kExpLn2Lo;
+}
+
 // The core of exp_f32, for float and for GCC's float vectors alike (backends/cpu/simd.h):
-// Cody-Waite reduction xc = n ln2 + r, |r| <= ln2/2, and a degree-7 Taylor polynomial for e^r
-// (truncation error below 1e-8 relative). Sets n = round(xc / ln2) and returns e^r.
+// exp_reduction, and a degree-7 Taylor polynomial for e^r (truncation error below 1e-8
+// relative). Sets n = round(xc / ln2) and returns e^r.
 template <class F>
 TG_HD inline F exp_reduced(F xc, F& n) {
-  n = (xc * kExpLog2e + kExpShifter) - kExpShifter;
-  F r = xc - n * kExpLn2Hi;
-  r = r - n * kExpLn2Lo;
+  F nb;
+  const F r = exp_reduction(xc, nb, n);
   F p = r * 1.9841270e-4f + 1.3888889e-3f;
   p = p * r + 8.3333333e-3f;
   p = p * r + 4.1666667e-2f;

@@ -116,16 +116,8 @@ inline Vec<T> exp(Vec<T> x) {
 }
 
 namespace exp_detail {
-// The Cody-Waite reduction x = n ln2 + r of exp, r in [-ln2/2, ln2/2]: n is rounded by adding
-// 1.5 * 2^23, whose low bits (in nb) are then n itself.
-inline Vec<float> exp_reduction(Vec<float> x, Vec<float>& nb, Vec<float>& n) {
-  using V = Vec<float>;
-  const V shifter = splat(scalar::kExpShifter);
-  nb = x * splat(scalar::kExpLog2e) + shifter;
-  n = nb - shifter;
-  const V r = x - n * splat(scalar::kExpLn2Hi);
-  return r - n * splat(scalar::kExpLn2Lo);
-}
+// exp_nonpositive's lower bound: ln of the smallest normal float.
+inline constexpr float kMin = -87.33654f;
 // e^r on [-ln2/2, ln2/2]: a degree-6 minimax polynomial (relative error 1.7e-8 with these float
 // coefficients, fitted by Lawson's algorithm).
 inline Vec<float> exp_polynomial(Vec<float> r) {
@@ -145,7 +137,7 @@ inline Vec<float> exp_polynomial(Vec<float> r) {
 // -inf (masked scores). Within 1.05 ulp of exp on [-87.34, 0], 1.35 where the build has no FMA
 // (every float checked against a double exp; the test samples 30000). The online softmax runs it on
 // every score in the forward and again in the backward, so it is written for few vector
-// operations: exp_detail::exp_reduction, whose n is shifted from nb's bits into the exponent field
+// operations: scalar::exp_reduction, whose n is shifted from nb's bits into the exponent field
 // of 2^n without a conversion, and exp_detail::exp_polynomial (degree 6; exp keeps its degree-7
 // Taylor series). Three vector operations fewer than exp's algorithm: the exp pass 1.10-1.13x as
 // fast on AVX2 code, 1.35-1.41x with AVX-512 (bench_softmax_exp, Zen 4). float64: std::exp.
@@ -155,10 +147,10 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
   if constexpr (sizeof(T) == 4) {
     using V = Vec<float>;
     V nb, n;
-    const V p = exp_detail::exp_polynomial(exp_detail::exp_reduction(x, nb, n));
+    const V p = exp_detail::exp_polynomial(scalar::exp_reduction(x, nb, n));
     // p 2^n in one vscalefps, which zeroes the lanes below -87.34 (not NaN) by its mask: no
     // clamp, no blend.
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, splat(-87.33654f), _CMP_NLT_UQ);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, splat(exp_detail::kMin), _CMP_NLT_UQ);
     return reinterpret_cast<V>(
         _mm512_maskz_scalef_ps(keep, reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(n)));
   } else {
@@ -180,10 +172,10 @@ template <class T>
 inline Vec<T> exp_nonpositive_reduce(Vec<T> x, Vec<T>& scale) {
   if constexpr (sizeof(T) == 4) {
     using V = Vec<float>;
-    const V lo = splat(-87.33654f);
+    const V lo = splat(exp_detail::kMin);
     const auto below = x < lo;  // not NaN: a NaN x gives a NaN r
     V nb, n;
-    const V r = exp_detail::exp_reduction(below ? lo : x, nb, n);
+    const V r = scalar::exp_reduction(below ? lo : x, nb, n);
     // n << 23 is the low bits of nb shifted (the shifter's own bits shift out); + 127 << 23
     // makes it 2^n's bit pattern (unsigned: the sums wrap as they should), n >= -126 after the
     // clamp.
