@@ -97,6 +97,24 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
 }
 
+// Part `part` of `parts` of what forward task `task` loads: its query rows, and its key/value
+// head when that is not the one packed now; asked of the cache during the key blocks of the
+// task before it, so that they come from L2 rather than L3 or memory. With AVX-512 code on a
+// Zen 5 core: forward at (4, 8, 256, 64) 1.5-3% faster; AVX2 code there: no change.
+[[gnu::always_inline]] inline void prefetch_task(const SdpaParams& p, int64_t task, int64_t q_tiles,
+                                                 int64_t packed_head, int64_t part, int64_t parts) {
+  const int64_t Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
+  const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq, i0 = (task % q_tiles) * kBr;
+  const SdpaSequence seq = sdpa_sequence(p, b);
+  prefetch_rows(p.q, b, h, seq.q0 + i0, std::min(kBr, seq.rows_q - i0), part, parts);
+  if (b * Hk + h / G != packed_head) {
+    const int64_t* at =
+        p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + seq.kv0 : nullptr;
+    prefetch_rows(p.k, b, h / G, seq.kv0, seq.rows_kv, part, parts, at);
+    prefetch_rows(p.v, b, h / G, seq.kv0, seq.rows_kv, part, parts, at);
+  }
+}
+
 template <class T>
 void forward_typed(const SdpaParams& p) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
@@ -153,7 +171,11 @@ void forward_typed(const SdpaParams& p) {
       const KeyRange kr = key_range(p, seq, i0, rows);
       load_rows(p.q, b, h, seq.q0 + i0, rows, qt, Dqk);
       for (int64_t x = 0; x < rows * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
-      for (int64_t j0 = first_key<T>(kr.lo); j0 < kr.hi; j0 += kBc) {
+      const int64_t jfirst = first_key<T>(kr.lo);
+      const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
+      for (int64_t t = 0; t < blocks; ++t) {
+        if (task + 1 < mine.last) prefetch_task(p, task + 1, q_tiles, packed_head, t, blocks);
+        const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
         tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
         finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
@@ -261,7 +283,14 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           const int64_t jfirst = first_key<T>(range.lo);
           const int64_t blocks = range.hi > jfirst ? (range.hi - jfirst + kBc - 1) / kBc : 0;
           const bool backwards = (i0 / kBr) % 2 == 1;
+          // The next query tile's rows, asked of the cache a slice per key block as in the
+          // forward (AVX-512 code, one Zen 5 core: forward+backward 1-2.7% faster).
+          const bool next_here = i0 + kBr < seq.rows_q;
+          const int64_t next_h = next_here ? h : h + 1, next_i0 = next_here ? i0 + kBr : 0;
+          const int64_t next_rows = next_h < (hk + 1) * G ? std::min(kBr, seq.rows_q - next_i0) : 0;
           for (int64_t t = 0; t < blocks; ++t) {
+            for (const View* v : {&p.q, &dout, &p.out})
+              prefetch_rows(*v, b, next_h, seq.q0 + next_i0, next_rows, t, blocks);
             const int64_t j0 = jfirst + (backwards ? blocks - 1 - t : t) * kBc;
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T

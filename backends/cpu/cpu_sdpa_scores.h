@@ -126,6 +126,26 @@ void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t 
   });
 }
 
+// Part `part` of `parts` of the rows [row0, row0 + rows) of a (B, H, S, D) view at (b, h),
+// asked of the cache ahead of their load_rows / load_transposed (`at` as there). The kernels
+// spread the next tile's or head's rows over the key blocks of the one before, so that they
+// come from L2 instead of L3 or memory. Rows whose elements are not adjacent are left alone.
+// Always inlined, as its callers must be too: GCC (12) takes a function whose only effect is a
+// prefetch for a pure one and drops the calls whose result is unused, i.e. all of them.
+[[gnu::always_inline]] inline void prefetch_rows(const View& v, int64_t b, int64_t h, int64_t row0,
+                                                 int64_t rows, int64_t part, int64_t parts,
+                                                 const int64_t* at = nullptr) {
+  if (v.strides[3] != 1 || rows <= 0) return;
+  const int64_t es = static_cast<int64_t>(dtype_size(v.dtype)), bytes = v.sizes[3] * es;
+  const char* base = static_cast<const char*>(v.data) + (b * v.strides[0] + h * v.strides[1]) * es;
+  for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; ++r) {
+    const char* row = base + (at ? at[r] : row0 + r) * v.strides[2] * es;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(row) / 64 * 64;
+    for (uintptr_t line = first; line < reinterpret_cast<uintptr_t>(row + bytes); line += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+  }
+}
+
 // The first `width` columns of src (row stride ld), times factor, into rows of a (B, H, S, D)
 // view at (b, h, row0).
 template <class T>
