@@ -135,14 +135,14 @@ void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t 
 [[gnu::always_inline]] inline void prefetch_rows(const View& v, int64_t b, int64_t h, int64_t row0,
                                                  int64_t rows, int64_t part, int64_t parts,
                                                  const int64_t* at = nullptr) {
-  if (v.strides[3] != 1 || rows <= 0) return;
+  if (v.strides[3] != 1 || rows <= 0 || v.sizes[3] <= 0) return;
   const int64_t es = static_cast<int64_t>(dtype_size(v.dtype)), bytes = v.sizes[3] * es;
   const char* base = static_cast<const char*>(v.data) + (b * v.strides[0] + h * v.strides[1]) * es;
   for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; ++r) {
     const char* row = base + (at ? at[r] : row0 + r) * v.strides[2] * es;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(row) / 64 * 64;
-    for (uintptr_t line = first; line < reinterpret_cast<uintptr_t>(row + bytes); line += 64)
-      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+    // Every 64 bytes from the row's start, and its last byte: each cache line it touches.
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 2);
+    __builtin_prefetch(row + bytes - 1, 0, 2);
   }
 }
 
