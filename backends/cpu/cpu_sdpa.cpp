@@ -97,27 +97,28 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
 }
 
-// Part `part` of `parts` of what forward task `task` loads: its query rows, and its key/value
-// head when that is not the one packed now; asked of the cache during the key blocks of the
-// task before it, so that they come from L2 rather than L3 or memory. With AVX-512 code on a
-// Zen 5 core: forward at (4, 8, 256, 64) 1.5-3% faster; AVX2 code there: no change.
-[[gnu::always_inline]] inline void prefetch_task(const SdpaParams& p, int64_t task, int64_t q_tiles,
-                                                 int64_t packed_head, int64_t part, int64_t parts) {
-  const int64_t Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
-  const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq, i0 = (task % q_tiles) * kBr;
-  const SdpaSequence seq = sdpa_sequence(p, b);
-  prefetch_rows(p.q, b, h, seq.q0 + i0, std::min(kBr, seq.rows_q - i0), part, parts);
-  if (b * Hk + h / G != packed_head) {
-    const int64_t* at =
-        p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + seq.kv0 : nullptr;
-    prefetch_rows(p.k, b, h / G, seq.kv0, seq.rows_kv, part, parts, at);
-    prefetch_rows(p.v, b, h / G, seq.kv0, seq.rows_kv, part, parts, at);
-  }
+// Forward task `task` (query tiles in (batch, query head, tile) order): where its rows are.
+struct ForwardTile {
+  int64_t b, h, hk, i0, rows;  // rows <= 0 past a ragged sequence's end
+  SdpaSequence seq;
+  const int64_t* kv_at;  // paged: the sequence's key/value rows (load_rows' `at`), else null
+};
+inline ForwardTile forward_tile(const SdpaParams& p, int64_t task, int64_t q_tiles) {
+  const int64_t Hq = p.heads_q(), G = Hq / p.heads_kv();
+  ForwardTile f{};
+  f.b = task / (Hq * q_tiles);
+  f.h = (task / q_tiles) % Hq;
+  f.hk = f.h / G;
+  f.i0 = (task % q_tiles) * kBr;
+  f.seq = sdpa_sequence(p, f.b);
+  f.rows = std::min(kBr, f.seq.rows_q - f.i0);
+  f.kv_at = p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + f.seq.kv0 : nullptr;
+  return f;
 }
 
 template <class T>
 void forward_typed(const SdpaParams& p) {
-  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
+  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv();
   const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   const int64_t skv_p = packed_stride<T>(Skv), dv_p = packed_stride<T>(Dv);
   const int64_t kt_size = Dqk * skv_p, v_size = Skv * dv_p;
@@ -130,14 +131,13 @@ void forward_typed(const SdpaParams& p) {
   const int64_t q_tiles = (Sq + kBr - 1) / kBr;
   CostPrefix cost(B * Hq * q_tiles);
   for (int64_t task = 0; task < B * Hq * q_tiles; ++task) {
-    const SdpaSequence seq = sdpa_sequence(p, task / (Hq * q_tiles));
-    const int64_t i0 = (task % q_tiles) * kBr, rows = std::min(kBr, seq.rows_q - i0);
-    if (rows <= 0) {
+    const ForwardTile tile = forward_tile(p, task, q_tiles);
+    if (tile.rows <= 0) {
       cost.add(0);
       continue;
     }
-    const KeyRange kr = key_range(p, seq, i0, rows);
-    cost.add(rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
+    const KeyRange kr = key_range(p, tile.seq, tile.i0, tile.rows);
+    cost.add(tile.rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
   }
   const T ninf = -std::numeric_limits<T>::infinity(), scale = static_cast<T>(p.scale);
 #pragma omp parallel
@@ -152,19 +152,23 @@ void forward_typed(const SdpaParams& p) {
     int64_t packed_head = -1;  // (batch, kv head) now in kt, vp
     const TaskRange mine = my_tasks(cost);
     for (int64_t task = mine.first; task < mine.last; ++task) {
-      const int64_t b = task / (Hq * q_tiles), h = (task / q_tiles) % Hq;
-      const SdpaSequence seq = sdpa_sequence(p, b);
-      const int64_t i0 = (task % q_tiles) * kBr;
-      if (i0 >= seq.rows_q) continue;  // past a ragged sequence's end
-      if (b * Hk + h / G != packed_head) {
-        packed_head = b * Hk + h / G;
+      const ForwardTile tile = forward_tile(p, task, q_tiles);
+      const int64_t b = tile.b, h = tile.h, i0 = tile.i0, rows = tile.rows;
+      const SdpaSequence& seq = tile.seq;
+      if (rows <= 0) continue;  // past a ragged sequence's end
+      if (b * Hk + tile.hk != packed_head) {
+        packed_head = b * Hk + tile.hk;
         // Ragged: each head holds its own sequence's rows; paged: rows read in place.
-        const int64_t* at =
-            p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + seq.kv0 : nullptr;
-        load_transposed(p.k, b, h / G, seq.kv0, seq.rows_kv, kt, skv_p, at);
-        load_rows(p.v, b, h / G, seq.kv0, seq.rows_kv, vp, dv_p, at);
+        load_transposed(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, skv_p, tile.kv_at);
+        load_rows(p.v, b, tile.hk, seq.kv0, seq.rows_kv, vp, dv_p, tile.kv_at);
       }
-      const int64_t rows = std::min(kBr, seq.rows_q - i0);
+      // What the next task loads: its query rows, and its key/value head when that is not the
+      // one packed now; asked of the cache a slice per key block of this tile, so that they come
+      // from L2 rather than L3 or memory (AVX-512 code on a Zen 5 core: forward at (4, 8, 256,
+      // 64) 1.5-3% faster; AVX2 code there: no change).
+      const ForwardTile next =
+          task + 1 < mine.last ? forward_tile(p, task + 1, q_tiles) : ForwardTile{};
+      const bool next_head = task + 1 < mine.last && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
       std::fill(acc, acc + rows * dv_p, T(0));
@@ -174,7 +178,13 @@ void forward_typed(const SdpaParams& p) {
       const int64_t jfirst = first_key<T>(kr.lo);
       const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
       for (int64_t t = 0; t < blocks; ++t) {
-        if (task + 1 < mine.last) prefetch_task(p, task + 1, q_tiles, packed_head, t, blocks);
+        prefetch_rows(p.q, next.b, next.h, next.seq.q0 + next.i0, next.rows, t, blocks);
+        if (next_head) {
+          prefetch_rows(p.k, next.b, next.hk, next.seq.kv0, next.seq.rows_kv, t, blocks,
+                        next.kv_at);
+          prefetch_rows(p.v, next.b, next.hk, next.seq.kv0, next.seq.rows_kv, t, blocks,
+                        next.kv_at);
+        }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
         tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T

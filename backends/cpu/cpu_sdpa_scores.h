@@ -130,8 +130,8 @@ void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t 
 // asked of the cache ahead of their load_rows / load_transposed (`at` as there). The kernels
 // spread the next tile's or head's rows over the key blocks of the one before, so that they
 // come from L2 instead of L3 or memory. Rows whose elements are not adjacent are left alone.
-// Always inlined, as its callers must be too: GCC (12) takes a function whose only effect is a
-// prefetch for a pure one and drops the calls whose result is unused, i.e. all of them.
+// Always inlined: GCC (12) takes a function whose only effect is a prefetch for a pure one and
+// drops every call to it (a caller of it with no other effect would need the same).
 [[gnu::always_inline]] inline void prefetch_rows(const View& v, int64_t b, int64_t h, int64_t row0,
                                                  int64_t rows, int64_t part, int64_t parts,
                                                  const int64_t* at = nullptr) {
