@@ -255,11 +255,11 @@ class MpiCommunicator final : public Communicator {
       const int tag0 = static_cast<int>(data_sequence_++ % std::max(1, tag_ub_ / steps)) * steps;
       return std::make_unique<RingRequest>(data, count, dtype, op, data_comm_, rank_, size_, tag0);
     }
+    // Control: the small agreement exchanges, as one of MPI's nonblocking collectives.
     auto request = std::make_unique<MpiRequest>();
     for_each_chunk(data, count, dtype, [&](void* piece, int n) {
       MPI_Request& r = request->pieces.emplace_back(MPI_REQUEST_NULL);
-      check(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op),
-                           channel == Channel::Data ? data_comm_ : comm_, &r),
+      check(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_, &r),
             "MPI_Iallreduce");
     });
     return request;
