@@ -62,7 +62,7 @@ struct MpiRequest final : Request {
 
 MPI_Datatype mpi_type(DType dtype);
 
-// dst[i] = dst[i] op src[i] over n elements stored as dtype (bool as one byte, Max only).
+// dst[i] = dst[i] op src[i] over n elements stored as dtype (bool as one byte).
 template <class T>
 void reduce_typed(void* dst, const void* src, int64_t n, HostReduce op) {
   T* d = static_cast<T*>(dst);

@@ -162,7 +162,12 @@ TEST_CASE("all_reduce_async: buckets of every size, finished in a different orde
   }
   Tensor maxed = ramp(9, kFloat64, R());
   works.push_back(dist::all_reduce_async(maxed, dist::ReduceOp::Max));
-  for (size_t k = 0; k < works.size(); ++k) works[(k * (R() + 1) + R()) % works.size()].wait();
+  // Rank r starts at its r-th reduction; odd ranks walk them backwards.
+  const size_t n = works.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t at = (k + static_cast<size_t>(R())) % n;
+    works[R() % 2 == 1 ? n - 1 - at : at].wait();
+  }
   const double ranks_sum = 1000.0 * W() * (W() - 1) / 2;
   for (size_t k = 0; k < sizes.size(); ++k) {
     CAPTURE(sizes[k]);
