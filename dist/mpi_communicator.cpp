@@ -60,7 +60,22 @@ struct MpiRequest final : Request {
 };
 // NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
 
-MPI_Datatype mpi_type(DType dtype);
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return MPI_FLOAT;
+    case kFloat64:
+      return MPI_DOUBLE;
+    case kInt64:
+      return MPI_INT64_T;
+    case kBool:
+      return MPI_UINT8_T;  // one byte, 0 or 1: Max is "any"
+    case kBFloat16:
+    case kFloat16:
+      break;
+  }
+  fail("dist", "no MPI datatype for ", dtype);
+}
 
 // dst[i] = dst[i] op src[i] over n elements stored as dtype (bool as one byte).
 template <class T>
@@ -111,6 +126,7 @@ struct RingRequest final : Request {
   int64_t piece0 = 0;  // the piece [piece0, piece0 + kChunk * ranks) in flight
   int step = 0;        // of the piece: 2 * (ranks - 1) in all
   std::vector<char> scratch;
+  int scattered = -1;  // during a reduce-scatter step, the part whose peer's copy is in scratch
   MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   bool done = false;
 
@@ -143,11 +159,14 @@ struct RingRequest final : Request {
   // Posts the current step's send to the next rank and receive from the previous one, or
   // finishes when the whole buffer has gone round.
   void post() {
-    const int last_step = 2 * (ranks - 1);
-    while (step == last_step || ranks == 1) {  // this piece done (or nothing to exchange)
+    if (ranks == 1) {  // nothing to exchange
+      done = true;
+      return;
+    }
+    if (step == 2 * (ranks - 1)) {  // this piece has gone round: the next one, if any
       piece0 += piece_count();
       step = 0;
-      if (piece0 >= count || ranks == 1) {
+      if (piece0 >= count) {
         done = true;
         return;
       }
@@ -160,6 +179,7 @@ struct RingRequest final : Request {
     const int out = scatter ? mod(rank - s, ranks) : mod(rank + 1 - s, ranks);
     const int in = scatter ? mod(rank - s - 1, ranks) : mod(rank - s, ranks);
     char* in_at = data + part_at(in) * size;
+    scattered = scatter ? in : -1;
     if (scatter) {
       scratch.resize(static_cast<size_t>(part_count(in) * size));
       in_at = scratch.data();
@@ -176,9 +196,9 @@ struct RingRequest final : Request {
       int both = 0;
       check(MPI_Testall(2, pending, &both, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (!both) return false;
-      if (step < ranks - 1) {  // the received part, added to ours
-        const int in = mod(rank - step - 1, ranks);
-        reduce_into(data + part_at(in) * size, scratch.data(), part_count(in), dtype, op);
+      if (scattered >= 0) {  // the received part, added to ours
+        reduce_into(data + part_at(scattered) * size, scratch.data(), part_count(scattered), dtype,
+                    op);
       }
       ++step;
       post();
@@ -187,23 +207,6 @@ struct RingRequest final : Request {
   }
 };
 // NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
-
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case kFloat32:
-      return MPI_FLOAT;
-    case kFloat64:
-      return MPI_DOUBLE;
-    case kInt64:
-      return MPI_INT64_T;
-    case kBool:
-      return MPI_UINT8_T;  // one byte, 0 or 1: Max is "any"
-    case kBFloat16:
-    case kFloat16:
-      break;
-  }
-  fail("dist", "no MPI datatype for ", dtype);
-}
 
 class MpiCommunicator final : public Communicator {
  public:
