@@ -40,12 +40,15 @@ class Watchdog {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
+  // Wakes the thread only from its untimed wait: waiting for an earlier deadline, it finds the
+  // later one when that passes. (A wake-up for every collective took a context switch on a
+  // busy core each time DDP tested its buckets.)
   void arm(const char* what) {
     std::lock_guard<std::mutex> lock(mutex_);
     what_ = what;
     deadline_ = std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
-    cv_.notify_all();
+    if (idle_) cv_.notify_all();
   }
   void disarm() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -57,7 +60,9 @@ class Watchdog {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       if (!what_) {
+        idle_ = true;
         cv_.wait(lock);
+        idle_ = false;
         continue;
       }
       if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && what_ &&
@@ -79,6 +84,7 @@ class Watchdog {
   std::chrono::steady_clock::time_point deadline_;
   const char* what_ = nullptr;
   bool stopping_ = false;
+  bool idle_ = false;  // in the untimed wait: nothing armed when the thread last looked
   int rank_ = 0;
 };
 

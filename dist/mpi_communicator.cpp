@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -105,6 +106,41 @@ void reduce_into(void* dst, const void* src, int64_t n, DType dtype, HostReduce 
   fail("dist", "no host reduction for ", dtype);
 }
 
+// Receive buffers for the ring's reduce-scatter steps, kept from one reduction to the next. A
+// fresh buffer for each reduction cost a zero fill and a page fault for each of its pages, every
+// step of training (glibc maps buffers this large anew each time): perf put the fill, the
+// faults and the unmapping at over a fifth of rank 0's samples in a loop of DDP's nine buckets.
+// Idle buffers beyond kKeepBytes are freed. Its users hold the collective lock of dist.cpp.
+class ScratchPool {
+ public:
+  struct Buffer {
+    std::unique_ptr<char[]> data;
+    int64_t bytes = 0;
+  };
+  // The smallest idle buffer of at least `bytes`, or a new one (left uninitialised).
+  Buffer take(int64_t bytes) {
+    auto best = idle_.end();
+    for (auto it = idle_.begin(); it != idle_.end(); ++it)
+      if (it->bytes >= bytes && (best == idle_.end() || it->bytes < best->bytes)) best = it;
+    if (best == idle_.end())
+      return {std::make_unique_for_overwrite<char[]>(static_cast<size_t>(bytes)), bytes};
+    Buffer b = std::move(*best);
+    idle_.erase(best);
+    idle_bytes_ -= b.bytes;
+    return b;
+  }
+  void give(Buffer b) {
+    if (!b.data || idle_bytes_ + b.bytes > kKeepBytes) return;  // freed here
+    idle_bytes_ += b.bytes;
+    idle_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr int64_t kKeepBytes = int64_t{64} << 20;
+  std::vector<Buffer> idle_;
+  int64_t idle_bytes_ = 0;
+};
+
 // A nonblocking all-reduce as a ring of point-to-point messages: the buffer in size() parts, a
 // reduce-scatter (size() - 1 steps, each sending one part to the next rank and adding the one
 // that comes from the previous rank), then an all-gather of the reduced parts (size() - 1 more).
@@ -125,12 +161,14 @@ struct RingRequest final : Request {
   int rank, ranks, tag0;
   int64_t piece0 = 0;  // the piece [piece0, piece0 + kChunk * ranks) in flight
   int step = 0;        // of the piece: 2 * (ranks - 1) in all
-  std::vector<char> scratch;
+  ScratchPool& pool;
+  ScratchPool::Buffer scratch;  // from pool, for as long as the reduction runs
   int scattered = -1;  // during a reduce-scatter step, the part whose peer's copy is in scratch
   MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   bool done = false;
 
-  RingRequest(void* d, int64_t n, DType t, HostReduce o, MPI_Comm c, int r, int world, int tag)
+  RingRequest(void* d, int64_t n, DType t, HostReduce o, MPI_Comm c, int r, int world, int tag,
+              ScratchPool& scratch_pool)
       : data(static_cast<char*>(d)),
         count(n),
         size(static_cast<int64_t>(dtype_size(t))),
@@ -139,7 +177,10 @@ struct RingRequest final : Request {
         comm(c),
         rank(r),
         ranks(world),
-        tag0(tag) {
+        tag0(tag),
+        pool(scratch_pool) {
+    // Big enough for any part: the first piece's are the largest.
+    if (ranks > 1) scratch = pool.take((piece_count() + ranks - 1) / ranks * size);
     post();
   }
   RingRequest(const RingRequest&) = delete;
@@ -149,6 +190,7 @@ struct RingRequest final : Request {
       while (!test()) MPI_Waitall(2, pending, MPI_STATUSES_IGNORE);
     } catch (...) {  // MPI failed under it: nothing left to wait for that could finish
     }
+    pool.give(std::move(scratch));
   }
   // Part k of the piece in flight: its first element and its length.
   int64_t piece_count() const { return std::min(kChunk * ranks, count - piece0); }
@@ -168,6 +210,7 @@ struct RingRequest final : Request {
       step = 0;
       if (piece0 >= count) {
         done = true;
+        pool.give(std::move(scratch));
         return;
       }
     }
@@ -180,10 +223,7 @@ struct RingRequest final : Request {
     const int in = scatter ? mod(rank - s - 1, ranks) : mod(rank - s, ranks);
     char* in_at = data + part_at(in) * size;
     scattered = scatter ? in : -1;
-    if (scatter) {
-      scratch.resize(static_cast<size_t>(part_count(in) * size));
-      in_at = scratch.data();
-    }
+    if (scatter) in_at = scratch.data.get();
     const int tag = tag0 + step;
     check(MPI_Irecv(in_at, part_count(in), mpi_type(dtype), prev, tag, comm, &pending[0]),
           "MPI_Irecv");
@@ -197,8 +237,8 @@ struct RingRequest final : Request {
       check(MPI_Testall(2, pending, &both, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (!both) return false;
       if (scattered >= 0) {  // the received part, added to ours
-        reduce_into(data + part_at(scattered) * size, scratch.data(), part_count(scattered), dtype,
-                    op);
+        reduce_into(data + part_at(scattered) * size, scratch.data.get(), part_count(scattered),
+                    dtype, op);
       }
       ++step;
       post();
@@ -256,7 +296,8 @@ class MpiCommunicator final : public Communicator {
       // Tags tag0 .. tag0 + 2 (size - 1) - 1, cycling through what MPI_TAG_UB leaves room for.
       const int steps = std::max(1, 2 * (size_ - 1));
       const int tag0 = static_cast<int>(data_sequence_++ % std::max(1, tag_ub_ / steps)) * steps;
-      return std::make_unique<RingRequest>(data, count, dtype, op, data_comm_, rank_, size_, tag0);
+      return std::make_unique<RingRequest>(data, count, dtype, op, data_comm_, rank_, size_, tag0,
+                                           scratch_);
     }
     // Control: the small agreement exchanges, as one of MPI's nonblocking collectives.
     auto request = std::make_unique<MpiRequest>();
@@ -297,6 +338,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   int tag_ub_ = 32767;
   int64_t data_sequence_ = 0;  // Channel::Data all-reduces started: the same count on every rank
+  ScratchPool scratch_;        // the rings' receive buffers; outlives them (see Request)
   bool owns_mpi_ = false;
 };
 
