@@ -5,11 +5,13 @@
 // all-reduce bandwidth of tg::dist against MPI_Allreduce itself on the same bytes, whole and cut
 // into the DDP's buckets.
 //
-//   bench_ddp [steps] [bucket_kb] [reduce]                (one process: the baseline)
-//   mpirun -np 2 bench_ddp [steps] [bucket_kb] [reduce]   (OMP_NUM_THREADS=1: 1 thread a rank)
+//   bench_ddp [steps] [bucket_kb] [reduce] [shared]                (one process: the baseline)
+//   mpirun -np 2 bench_ddp [steps] [bucket_kb] [reduce] [shared]   (OMP_NUM_THREADS=1)
 //
 // reduce 0 trains every rank's shard without DDP (no gradient crosses): the ceiling the
-// machine itself sets, the processes sharing its memory bandwidth and caches.
+// machine itself sets, the processes sharing its memory bandwidth and caches. shared 0 keeps
+// DDP's buckets private (DistributedDataParallelOptions::shared_buckets), so that they go
+// through MPI's messages as between machines.
 // bench/ddp_scaling.sh runs all three and prints the ratios.
 #include <tapegrad.h>
 
@@ -55,9 +57,10 @@ double timed(int reps, F&& f) {
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
     tg::dist::init();
-    const bench::Args args = bench::parse_args("bench_ddp", argc, argv, 3, {"cpu"});
+    const bench::Args args = bench::parse_args("bench_ddp", argc, argv, 4, {"cpu"});
     const int steps = args.number(0, "steps", 10), bucket_kb = args.number(1, "bucket_kb", 0);
     const bool reduce_grads = args.number(2, "reduce", 1) != 0;
+    const bool shared_buckets = args.number(3, "shared", 1) != 0;
     const int rank = tg::dist::rank(), world = tg::dist::world_size();
     const bool lead = rank == 0;
     if (lead) bench::print_machine();
@@ -70,7 +73,8 @@ int main(int argc, char** argv) {
     std::optional<tg::nn::DistributedDataParallel> ddp;
     if (reduce_grads)
       ddp.emplace(model,
-                  tg::nn::DistributedDataParallelOptions{.bucket_bytes = int64_t{bucket_kb} << 10});
+                  tg::nn::DistributedDataParallelOptions{.bucket_bytes = int64_t{bucket_kb} << 10,
+                                                         .shared_buckets = shared_buckets});
     tg::nn::AdamW opt(model.named_parameters(), {3e-4, 0.9, 0.95, 1e-8, 0.1});
     const int64_t params = model.parameter_count();
     const double grad_mb = static_cast<double>(params) * 4 / 1e6;
@@ -143,25 +147,35 @@ int main(int argc, char** argv) {
     tg::Tensor buf = tg::ones({n});
     const int reps = 20;
     const int64_t pieces = std::max<int64_t>(1, ddp->bucket_count());
-    std::vector<tg::Tensor> parts;
-    for (int64_t k = 0; k < pieces; ++k)
-      parts.push_back(tg::ones({n / pieces + (k < n % pieces ? 1 : 0)}));
+    std::vector<tg::Tensor> parts, shared_parts;  // the latter in memory the ranks share
+    for (int64_t k = 0; k < pieces; ++k) {
+      const int64_t len = n / pieces + (k < n % pieces ? 1 : 0);
+      parts.push_back(tg::ones({len}));
+      shared_parts.push_back(tg::dist::empty_shared({len}));
+      shared_parts.back().fill_(1.0);
+    }
     const double ours = timed(reps, [&] { tg::dist::all_reduce(buf); });
     const double ours_parts = timed(reps, [&] {
       for (tg::Tensor& p : parts) tg::dist::all_reduce(p);
     });
-    const double ours_async = timed(reps, [&] {
-      std::vector<tg::dist::Work> works;
-      works.reserve(parts.size());
-      for (tg::Tensor& p : parts) works.push_back(tg::dist::all_reduce_async(p));
-      for (tg::dist::Work& w : works) w.wait();
-    });
+    auto async_on = [&](std::vector<tg::Tensor>& buckets) {
+      return timed(reps, [&] {
+        std::vector<tg::dist::Work> works;
+        works.reserve(buckets.size());
+        for (tg::Tensor& p : buckets) works.push_back(tg::dist::all_reduce_async(p));
+        for (tg::dist::Work& w : works) w.wait();
+      });
+    };
+    const double ours_async = async_on(parts), ours_shared = async_on(shared_parts);
     if (lead) {
       std::printf("allreduce_ms\ttg::dist\t%.3f\t%.2f GB/s\n", ours * 1e3, grad_mb / ours / 1e3);
       std::printf("allreduce_ms\ttg::dist in %lld buckets\t%.3f\n", static_cast<long long>(pieces),
                   ours_parts * 1e3);
-      std::printf("allreduce_ms\ttg::dist in %lld buckets, all_reduce_async (DDP's)\t%.3f\n",
+      std::printf("allreduce_ms\ttg::dist in %lld buckets, all_reduce_async\t%.3f\n",
                   static_cast<long long>(pieces), ours_async * 1e3);
+      std::printf(
+          "allreduce_ms\ttg::dist in %lld buckets, all_reduce_async, empty_shared (DDP's)\t%.3f\n",
+          static_cast<long long>(pieces), ours_shared * 1e3);
     }
 #ifdef TAPEGRAD_BENCH_MPI
     std::vector<float> raw(static_cast<size_t>(n), 1.0f);
@@ -175,6 +189,10 @@ int main(int argc, char** argv) {
       std::printf("allreduce_ratio\ttg::dist in buckets / MPI whole\t%.3f\n", ours_parts / mpi);
       std::printf("allreduce_ratio\ttg::dist in buckets, all_reduce_async / MPI whole\t%.3f\n",
                   ours_async / mpi);
+      std::printf(
+          "allreduce_ratio\ttg::dist in buckets, all_reduce_async, empty_shared (DDP's) / MPI "
+          "whole\t%.3f\n",
+          ours_shared / mpi);
     }
 #endif
     return 0;

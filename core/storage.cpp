@@ -55,7 +55,12 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   }
 }
 
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, Device device) {
+  return std::shared_ptr<Storage>(new Storage(data, bytes, device));
+}
+
 Storage::~Storage() {
+  if (!owned_) return;
   allocator_for(device_).deallocate(data_, bytes_, device_);
   g_live_count.fetch_sub(1, std::memory_order_relaxed);
   g_live_bytes.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);

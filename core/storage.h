@@ -21,6 +21,9 @@ Allocator& allocator_for(Device d);
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Over `bytes` at `data`: memory that something else owns and keeps alive longer than this
+  // storage (tg::dist's shared-memory windows). Never freed here, not counted as live storage.
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -32,10 +35,14 @@ class Storage {
   void bump_version() { ++version_; }
 
  private:
+  Storage(void* data, size_t bytes, Device device)  // borrow's
+      : data_(data), bytes_(bytes), device_(device), owned_(false) {}
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  bool owned_ = true;
 };
 
 // Live storage on all devices, for leak tests and memory reports.

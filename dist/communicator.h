@@ -37,6 +37,16 @@ struct Communicator {
   // The nonblocking all_reduce, in place.
   virtual std::unique_ptr<Request> start_all_reduce(void* data, int64_t count, DType dtype,
                                                     HostReduce op, Channel channel) = 0;
+  // `bytes` of host memory that the other ranks can read too (an MPI shared-memory window), for
+  // start_shared_all_reduce; null unless every rank runs on this machine. Collective. Kept
+  // until the engine ends.
+  virtual void* allocate_shared(int64_t bytes) = 0;
+  // Whether [data, data + bytes) lies in memory from allocate_shared.
+  virtual bool is_shared(const void* data, int64_t bytes) const = 0;
+  // start_all_reduce on Channel::Data, for a buffer that is_shared on every rank (the caller
+  // has checked that all agree): the ranks read each other's buffers instead of messages.
+  virtual std::unique_ptr<Request> start_shared_all_reduce(void* data, int64_t count, DType dtype,
+                                                           HostReduce op) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // recv (size() * bytes) receives every rank's `bytes` from send, in rank order.
   virtual void all_gather(const void* send, void* recv, int64_t bytes) = 0;

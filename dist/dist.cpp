@@ -119,39 +119,43 @@ class Guarded {
 };
 
 // What every rank must agree on before a collective moves data: which collective, the dtype,
-// the element count and the root. Exchanged as its minimum and maximum over the ranks (one
-// all-reduce of Max over the values and their negatives), so that every rank reaches the same
-// verdict.
+// the element count and the root; and, without having to agree, whether its buffer lies in
+// shared memory (empty_shared). Exchanged as the values' minimum and maximum over the ranks
+// (one all-reduce of Max over the values and their negatives), so that every rank reaches the
+// same verdict.
 struct Signature {
-  Signature(int64_t kind, DType dtype, int64_t numel, int64_t root)
+  static constexpr int kFields = 5;
+  Signature(int64_t kind, DType dtype, int64_t numel, int64_t root, bool shared = false)
       : dtype(dtype),
         numel(numel),
         root(root),
-        wire{kind, static_cast<int64_t>(dtype), numel, root} {
-    for (int i = 0; i < 4; ++i) wire[4 + i] = -wire[i];  // max of -x is -min of x
+        wire{kind, static_cast<int64_t>(dtype), numel, root, shared ? 1 : 0} {
+    for (int i = 0; i < kFields; ++i) wire[kFields + i] = -wire[i];  // max of -x is -min of x
   }
   // After the exchange: an error unless every rank passed the same.
   void check(const char* op) const {
-    if (wire[0] != -wire[4]) fail(op, "ranks called different collectives at the same point");
-    TG_CHECK(wire[1] == -wire[5], op, "ranks disagree on the tensor's dtype (this rank: ", dtype,
+    if (wire[0] != -wire[5]) fail(op, "ranks called different collectives at the same point");
+    TG_CHECK(wire[1] == -wire[6], op, "ranks disagree on the tensor's dtype (this rank: ", dtype,
              ")");
-    TG_CHECK(wire[2] == -wire[6], op, "ranks disagree on the tensor's size: ", numel,
-             " elements on this rank, between ", -wire[6], " and ", wire[2], " over the ranks");
-    TG_CHECK(wire[3] == -wire[7], op, "ranks disagree on the root: ", root, " on this rank");
+    TG_CHECK(wire[2] == -wire[7], op, "ranks disagree on the tensor's size: ", numel,
+             " elements on this rank, between ", -wire[7], " and ", wire[2], " over the ranks");
+    TG_CHECK(wire[3] == -wire[8], op, "ranks disagree on the root: ", root, " on this rank");
   }
+  // After the exchange: whether every rank's buffer is in shared memory.
+  bool all_shared() const { return -wire[9] == 1; }
   DType dtype;
   int64_t numel, root;
-  int64_t wire[8];
+  int64_t wire[2 * kFields];
 };
 
 // The collectives' kinds, for the signature.
-enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kAllReduceAsync };
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kAllReduceAsync, kEmptyShared };
 
 // The signature's exchange, nonblocking on the control channel whatever the collective (see
 // communicator.h's Channel).
 std::unique_ptr<detail::Request> start_agreeing(Signature& sig) {
-  return state().comm->start_all_reduce(sig.wire, 8, kInt64, detail::HostReduce::Max,
-                                        detail::Channel::Control);
+  return state().comm->start_all_reduce(sig.wire, 2 * Signature::kFields, kInt64,
+                                        detail::HostReduce::Max, detail::Channel::Control);
 }
 
 // Blocking collectives: exchange and check the signature before any data moves.
@@ -321,7 +325,10 @@ struct detail::PendingReduce {
       : target(std::move(t)),
         buffer(reduction_buffer(target)),
         op(op),
-        signature(kAllReduceAsync, target.dtype(), target.numel(), 0) {}
+        signature(kAllReduceAsync, target.dtype(), target.numel(), 0,
+                  state().comm->is_shared(
+                      buffer.raw_data(),
+                      buffer.numel() * static_cast<int64_t>(dtype_size(buffer.dtype())))) {}
   Tensor target;  // the caller's
   Tensor buffer;  // reduction_buffer(target)
   ReduceOp op;
@@ -346,9 +353,12 @@ bool advance(detail::PendingReduce& p) {
       p.stage = Stage::Done;
       return true;
     }
-    p.request =
-        state().comm->start_all_reduce(p.buffer.raw_data(), p.buffer.numel(), p.buffer.dtype(),
-                                       host_reduce(p.op), detail::Channel::Data);
+    detail::Communicator& comm = *state().comm;
+    p.request = p.signature.all_shared()
+                    ? comm.start_shared_all_reduce(p.buffer.raw_data(), p.buffer.numel(),
+                                                   p.buffer.dtype(), host_reduce(p.op))
+                    : comm.start_all_reduce(p.buffer.raw_data(), p.buffer.numel(), p.buffer.dtype(),
+                                            host_reduce(p.op), detail::Channel::Data);
     p.stage = Stage::Reducing;
     return true;
   }
@@ -431,6 +441,24 @@ void Work::wait() {
     error = std::exchange(pending_->error, nullptr);
   }
   if (error) std::rethrow_exception(error);
+}
+
+Tensor empty_shared(const Shape& sizes, DType dtype) {
+  constexpr const char* kOp = "dist.empty_shared";
+  check_initialized(kOp);
+  Tensor plain = Tensor::empty_like_shape(sizes, dtype, kCPU, kOp);  // checks sizes
+  if (!state().comm) return plain;
+  Guarded g("empty_shared");
+  agree(kOp, kEmptyShared, dtype, plain.numel(), 0);
+  const int64_t bytes = plain.numel() * static_cast<int64_t>(dtype_size(dtype));
+  void* data = state().comm->allocate_shared(bytes);
+  if (!data) return plain;  // the ranks do not share one machine
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::borrow(data, static_cast<size_t>(bytes), kCPU);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
 }
 
 void broadcast(Tensor& t, int root) {

@@ -81,6 +81,15 @@ class Work {
 // blocking collectives called meanwhile.
 Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum);
 
+// An uninitialised contiguous CPU tensor in memory that the ranks of one machine share (an MPI
+// shared-memory window): all_reduce_async of such tensors, when every rank passes one, reduces
+// by reading the other ranks' memory directly instead of sending it through MPI's messages
+// (DistributedDataParallel's buckets live there). Collective: every rank calls it with the same
+// sizes and dtype. Where the ranks do not all share one machine, and in a world of one, it is
+// an ordinary tensor. The memory stays allocated until the process group ends (freeing it is a
+// collective step), even once the tensor is gone: allocate few, and reuse them.
+Tensor empty_shared(const Shape& sizes, DType dtype = kFloat32);
+
 // In place: every rank's t becomes root's.
 void broadcast(Tensor& t, int root = 0);
 // Every rank's t, stacked in rank order along a new first dim: (world_size, ...t's shape).

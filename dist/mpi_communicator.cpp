@@ -12,20 +12,13 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/mpi_shared_memory.h"
 
 namespace tg::dist::detail {
 namespace {
 
 // MPI counts are int: longer buffers go in pieces of at most this many elements.
 constexpr int64_t kChunk = INT_MAX / 2;
-
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  fail("dist", what, " failed: ", std::string(text, static_cast<size_t>(len)));
-}
 
 MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Max ? MPI_MAX : MPI_SUM; }
 
@@ -53,8 +46,9 @@ struct MpiRequest final : Request {
   bool test() override {
     if (done) return true;
     int all = 0;
-    check(MPI_Testall(static_cast<int>(pieces.size()), pieces.data(), &all, MPI_STATUSES_IGNORE),
-          "MPI_Testall");
+    check_mpi(
+        MPI_Testall(static_cast<int>(pieces.size()), pieces.data(), &all, MPI_STATUSES_IGNORE),
+        "MPI_Testall");
     done = all != 0;
     return done;
   }
@@ -225,16 +219,16 @@ struct RingRequest final : Request {
     scattered = scatter ? in : -1;
     if (scatter) in_at = scratch.data.get();
     const int tag = tag0 + step;
-    check(MPI_Irecv(in_at, part_count(in), mpi_type(dtype), prev, tag, comm, &pending[0]),
-          "MPI_Irecv");
-    check(MPI_Isend(data + part_at(out) * size, part_count(out), mpi_type(dtype), next, tag, comm,
-                    &pending[1]),
-          "MPI_Isend");
+    check_mpi(MPI_Irecv(in_at, part_count(in), mpi_type(dtype), prev, tag, comm, &pending[0]),
+              "MPI_Irecv");
+    check_mpi(MPI_Isend(data + part_at(out) * size, part_count(out), mpi_type(dtype), next, tag,
+                        comm, &pending[1]),
+              "MPI_Isend");
   }
   bool test() override {
     while (!done) {
       int both = 0;
-      check(MPI_Testall(2, pending, &both, MPI_STATUSES_IGNORE), "MPI_Testall");
+      check_mpi(MPI_Testall(2, pending, &both, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (!both) return false;
       if (scattered >= 0) {  // the received part, added to ours
         reduce_into(data + part_at(scattered) * size, scratch.data.get(), part_count(scattered),
@@ -255,11 +249,12 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&ready);
     if (!ready) {
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+                "MPI_Init_thread");
       owns_mpi_ = true;
     }
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &data_comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &data_comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(data_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -268,11 +263,13 @@ class MpiCommunicator final : public Communicator {
     int found = 0;
     MPI_Comm_get_attr(data_comm_, MPI_TAG_UB, &ub, &found);
     tag_ub_ = found && ub ? *ub : 32767;  // the least the standard allows
+    shared_ = std::make_unique<SharedWindows>(data_comm_);
   }
   ~MpiCommunicator() override {
     int done = 0;
     MPI_Finalized(&done);
     if (done) return;
+    shared_.reset();
     MPI_Comm_free(&data_comm_);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
@@ -282,44 +279,50 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   void all_reduce(void* data, int64_t count, DType dtype, HostReduce op) override {
     for_each_chunk(data, count, dtype, [&](void* piece, int n) {
-      check(MPI_Allreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_),
-            "MPI_Allreduce");
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_),
+                "MPI_Allreduce");
     });
   }
   std::unique_ptr<Request> start_all_reduce(void* data, int64_t count, DType dtype, HostReduce op,
                                             Channel channel) override {
     if (channel == Channel::Data) {
-      // Tags tag0 .. tag0 + 2 (size - 1) - 1, cycling through what MPI_TAG_UB leaves room for.
-      const int steps = std::max(1, 2 * (size_ - 1));
-      const int tag0 = static_cast<int>(data_sequence_++ % std::max(1, tag_ub_ / steps)) * steps;
-      return std::make_unique<RingRequest>(data, count, dtype, op, data_comm_, rank_, size_, tag0,
-                                           scratch_);
+      return std::make_unique<RingRequest>(data, count, dtype, op, data_comm_, rank_, size_,
+                                           next_data_tag(), scratch_);
     }
     // Control: the small agreement exchanges, as one of MPI's nonblocking collectives.
     auto request = std::make_unique<MpiRequest>();
     for_each_chunk(data, count, dtype, [&](void* piece, int n) {
       MPI_Request& r = request->pieces.emplace_back(MPI_REQUEST_NULL);
-      check(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_, &r),
-            "MPI_Iallreduce");
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, piece, n, mpi_type(dtype), mpi_op(op), comm_, &r),
+                "MPI_Iallreduce");
     });
     return request;
+  }
+  void* allocate_shared(int64_t bytes) override { return shared_->allocate(bytes); }
+  bool is_shared(const void* data, int64_t bytes) const override {
+    return shared_->find(data, bytes).has_value();
+  }
+  std::unique_ptr<Request> start_shared_all_reduce(void* data, int64_t count, DType dtype,
+                                                   HostReduce op) override {
+    return start_shared_all_reduce_request(*shared_, data, count, dtype, op, data_comm_,
+                                           next_data_tag());
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (int64_t at = 0; at < bytes; at += kChunk) {
       const int n = static_cast<int>(std::min(kChunk, bytes - at));
-      check(MPI_Bcast(p + at, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+      check_mpi(MPI_Bcast(p + at, n, MPI_BYTE, root, comm_), "MPI_Bcast");
     }
   }
   void all_gather(const void* send, void* recv, int64_t bytes) override {
     if (bytes <= kChunk) {
-      check(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
-                          MPI_BYTE, comm_),
-            "MPI_Allgather");
+      check_mpi(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv,
+                              static_cast<int>(bytes), MPI_BYTE, comm_),
+                "MPI_Allgather");
       return;
     }
     // Longer: one broadcast per rank, straight into its place.
@@ -333,12 +336,21 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // The first of the tags of the next Channel::Data reduction: every kind takes at most `steps`
+  // (the ring's 2 (size - 1) steps, the shared-memory reduction's 3), cycling through what
+  // MPI_TAG_UB leaves room for.
+  int next_data_tag() {
+    const int steps = std::max(3, 2 * (size_ - 1));
+    return static_cast<int>(data_sequence_++ % std::max(1, tag_ub_ / steps)) * steps;
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;       // Channel::Control and the blocking collectives
   MPI_Comm data_comm_ = MPI_COMM_NULL;  // Channel::Data
   int rank_ = 0, size_ = 1;
   int tag_ub_ = 32767;
   int64_t data_sequence_ = 0;  // Channel::Data all-reduces started: the same count on every rank
   ScratchPool scratch_;        // the rings' receive buffers; outlives them (see Request)
+  std::unique_ptr<SharedWindows> shared_;  // freed before the communicators
   bool owns_mpi_ = false;
 };
 

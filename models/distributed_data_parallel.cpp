@@ -35,7 +35,12 @@ struct DistributedDataParallel::Impl {
   std::vector<Tensor> params;
   int64_t total_bytes = 0;  // of all the gradients
   int64_t bucket_cap = 0;
+  bool shared_buckets = true;  // DistributedDataParallelOptions's
   std::vector<Bucket> buckets;
+  // The CPU buckets' memory: a flat tensor per dtype, which the ranks of one machine share
+  // (dist::empty_shared: the all-reduce reads the other ranks' buckets where they are) unless
+  // the options say otherwise; kept when the buckets are cut again after the first pass.
+  std::vector<Tensor> shared;
   std::vector<Slot> slots;  // per parameter
   std::vector<HookHandle> hooks;
   GradReductionStats stats;
@@ -53,6 +58,16 @@ struct DistributedDataParallel::Impl {
   size_t settled = 0;
   std::vector<size_t> held;  // launched CUDA buckets, reduced when the pass ends
   double reduce_s = 0;       // this pass's time in the reduction's calls
+
+  // Room for every cut of dtype's CPU gradients into buckets that start on cache lines (each
+  // loses less than a line), so that the first pass's cut reuses the constructor's.
+  Tensor shared_flat(DType dtype) const {
+    const int64_t line = 64 / static_cast<int64_t>(dtype_size(dtype));
+    int64_t n = 0;
+    for (const Tensor& p : params)
+      if (p.device() == kCPU && p.dtype() == dtype) n += p.numel() + line;
+    return shared_buckets ? dist::empty_shared({n}, dtype) : empty({n}, dtype);
+  }
 
   // Cut `order` into buckets of at most bucket_cap bytes and one dtype and device.
   void build_buckets(const std::vector<size_t>& order) {
@@ -76,10 +91,36 @@ struct DistributedDataParallel::Impl {
       bytes += pb;
       elems += p.numel();
     }
-    for (Bucket& b : buckets) {
+    // CPU buckets: slices of one flat tensor per dtype (`shared`), each on a cache line.
+    std::vector<std::pair<DType, int64_t>> flat_sizes;  // elements, by dtype
+    std::vector<int64_t> starts(buckets.size(), 0);
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      Bucket& b = buckets[k];
       const Tensor& first = params[b.params.front()];
       const int64_t n = b.offsets.back() + params[b.params.back()].numel();
-      b.buffer = empty({n}, TensorOptions(first.dtype()).device(first.device()));
+      if (first.device() != kCPU) {
+        b.buffer = empty({n}, TensorOptions(first.dtype()).device(first.device()));
+        continue;
+      }
+      auto it = std::find_if(flat_sizes.begin(), flat_sizes.end(),
+                             [&](const auto& f) { return f.first == first.dtype(); });
+      if (it == flat_sizes.end()) it = flat_sizes.insert(flat_sizes.end(), {first.dtype(), 0});
+      const int64_t line = 64 / static_cast<int64_t>(dtype_size(first.dtype()));
+      starts[k] = (it->second + line - 1) / line * line;
+      it->second = starts[k] + n;
+    }
+    for (const auto& [dtype, n] : flat_sizes) {
+      auto kept = std::find_if(shared.begin(), shared.end(), [&](const Tensor& t) {
+        return t.dtype() == dtype && t.numel() >= n;
+      });
+      if (kept == shared.end()) kept = shared.insert(shared.end(), shared_flat(dtype));
+      const Tensor& flat = *kept;
+      for (size_t k = 0; k < buckets.size(); ++k) {
+        Bucket& b = buckets[k];
+        const Tensor& first = params[b.params.front()];
+        if (first.device() != kCPU || first.dtype() != dtype) continue;
+        b.buffer = flat.narrow(0, starts[k], b.offsets.back() + params[b.params.back()].numel());
+      }
     }
   }
 
@@ -254,6 +295,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module,
   if (dist::world_size() == 1 || m.params.empty()) return;  // nothing to reduce
   for (const Tensor& p : m.params)
     m.total_bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+  m.shared_buckets = options.shared_buckets;
   m.bucket_cap = options.bucket_bytes > 0
                      ? options.bucket_bytes
                      : std::clamp<int64_t>(m.total_bytes / 8, int64_t{64} << 10, int64_t{25} << 20);

@@ -42,6 +42,10 @@ struct DistributedDataParallelOptions {
   // Copy rank 0's parameters to every rank at construction (different seeds would otherwise
   // train different models).
   bool broadcast_parameters = true;
+  // Keep the CPU buckets in memory that the ranks of one machine share (dist::empty_shared),
+  // so that the all-reduce reads the other ranks' gradients in place, without MPI's copies;
+  // false sends them through MPI's messages (as across machines, where this has no effect).
+  bool shared_buckets = true;
 };
 
 // What the gradient reduction of the last backward cost.

@@ -153,15 +153,31 @@ TEST_CASE("all_reduce_async: buckets of every size, finished in a different orde
   // The nonblocking data go round the ranks in parts, one per rank (fewer elements than ranks
   // leave parts empty); each rank here waits for its reductions in its own order, so their
   // messages cross. Integer-valued floats: the sums are exact whatever their order.
+  // The same in memory the ranks share (empty_shared: each rank reads the others' buffers), and
+  // with rank 0's in shared memory alone (the ranks then agree on messages).
+  bool shared = false, mixed = false;
+  SUBCASE("private buffers") {}
+  SUBCASE("shared buffers") { shared = true; }
+  SUBCASE("rank 0's shared, the others' private") { mixed = true; }
+  auto place = [&](const Tensor& t) {
+    Tensor s = dist::empty_shared(t.sizes(), t.dtype());  // collective: every rank makes it
+    if (!shared && !(mixed && R() == 0)) return t;
+    s.copy_(t);
+    return s;
+  };
   const std::vector<int64_t> sizes{1, 2, 3, 7, 1000, 100003};
   std::vector<Tensor> ts;
   std::vector<dist::Work> works;
   for (int64_t n : sizes) {
-    ts.push_back(add(arange(0, static_cast<double>(n)), full({n}, 1000.0 * R())));
+    ts.push_back(place(add(arange(0, static_cast<double>(n)), full({n}, 1000.0 * R()))));
     works.push_back(dist::all_reduce_async(ts.back()));
   }
-  Tensor maxed = ramp(9, kFloat64, R());
+  Tensor maxed = place(ramp(9, kFloat64, R()));
   works.push_back(dist::all_reduce_async(maxed, dist::ReduceOp::Max));
+  Tensor counts = place(ramp(5, kInt64, R()));
+  works.push_back(dist::all_reduce_async(counts));
+  Tensor any = place(full({4}, R() == W() - 1 ? 1.0 : 0.0).to(kBool));
+  works.push_back(dist::all_reduce_async(any, dist::ReduceOp::Max));
   // Rank r starts at its r-th reduction; odd ranks walk them backwards.
   const size_t n = works.size();
   for (size_t k = 0; k < n; ++k) {
@@ -181,6 +197,8 @@ TEST_CASE("all_reduce_async: buckets of every size, finished in a different orde
       CHECK(std::memcmp(all.data(), all.data() + r * sizes[k], bytes) == 0);
   }
   CHECK(values(maxed) == values(ramp(9, kFloat64, W() - 1)));
+  CHECK(values(counts) == values(mul(ramp(5, kInt64, 0), W() * (W() + 1) / 2)));
+  CHECK(values(any) == std::vector<double>(4, 1.0));
 }
 
 TEST_CASE("broadcast and all_gather") {
@@ -219,6 +237,8 @@ TEST_CASE("collectives: errors") {
   CHECK_THROWS_WITH(dist::all_reduce_async(i, dist::ReduceOp::Mean),
                     "[dist.all_reduce_async] Mean takes a floating tensor, got int64");
   CHECK_THROWS_WITH(dist::all_reduce_async(e), doctest::Contains("has stride 0 in dim 0"));
+  CHECK_THROWS_WITH(dist::empty_shared({2, -1}),
+                    "[dist.empty_shared] sizes must be non-negative, got [2, -1]");
   if (W() > 1) {
     // The ranks' disagreement on a nonblocking all-reduce surfaces from wait() on every rank;
     // the reductions around it go through.
@@ -249,6 +269,8 @@ TEST_CASE("collectives: errors") {
     Tensor d = zeros({2}).to(R() == 0 ? kFloat32 : kFloat64);
     CHECK_THROWS_WITH(dist::all_reduce(d),
                       doctest::Contains("ranks disagree on the tensor's dtype"));
+    CHECK_THROWS_WITH(dist::empty_shared({2 + R()}),
+                      doctest::Contains("[dist.empty_shared] ranks disagree on the tensor's size"));
     Tensor ok = ones({2});
     dist::all_reduce(ok);
     CHECK(values(ok) == std::vector<double>{double(W()), double(W())});
