@@ -109,7 +109,9 @@ struct DistributedDataParallel::Impl {
       starts[k] = (it->second + line - 1) / line * line;
       it->second = starts[k] + n;
     }
-    for (const auto& [dtype, n] : flat_sizes) {
+    for (const auto& size : flat_sizes) {
+      const DType dtype = size.first;  // not a structured binding: lambdas capture these
+      const int64_t n = size.second;
       auto kept = std::find_if(shared.begin(), shared.end(), [&](const Tensor& t) {
         return t.dtype() == dtype && t.numel() >= n;
       });
