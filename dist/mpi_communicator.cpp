@@ -72,34 +72,6 @@ MPI_Datatype mpi_type(DType dtype) {
   fail("dist", "no MPI datatype for ", dtype);
 }
 
-// dst[i] = dst[i] op src[i] over n elements stored as dtype (bool as one byte).
-template <class T>
-void reduce_typed(void* dst, const void* src, int64_t n, HostReduce op) {
-  T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
-  if (op == HostReduce::Max) {
-    for (int64_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  }
-}
-void reduce_into(void* dst, const void* src, int64_t n, DType dtype, HostReduce op) {
-  switch (dtype) {
-    case kFloat32:
-      return reduce_typed<float>(dst, src, n, op);
-    case kFloat64:
-      return reduce_typed<double>(dst, src, n, op);
-    case kInt64:
-      return reduce_typed<int64_t>(dst, src, n, op);
-    case kBool:
-      return reduce_typed<uint8_t>(dst, src, n, op);
-    case kBFloat16:
-    case kFloat16:
-      break;
-  }
-  fail("dist", "no host reduction for ", dtype);
-}
-
 // Receive buffers for the ring's reduce-scatter steps, kept from one reduction to the next. A
 // fresh buffer for each reduction cost a zero fill and a page fault for each of its pages, every
 // step of training (glibc maps buffers this large anew each time): perf put the fill, the
@@ -231,8 +203,8 @@ struct RingRequest final : Request {
       check_mpi(MPI_Testall(2, pending, &both, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (!both) return false;
       if (scattered >= 0) {  // the received part, added to ours
-        reduce_into(data + part_at(scattered) * size, scratch.data.get(), part_count(scattered),
-                    dtype, op);
+        char* mine = data + part_at(scattered) * size;
+        combine(mine, {mine, scratch.data.get()}, part_count(scattered), dtype, op);
       }
       ++step;
       post();

@@ -90,11 +90,10 @@ std::optional<SharedWindows::Place> SharedWindows::find(const void* data, int64_
 namespace {
 
 // dst = ((src[0] op src[1]) op src[2]) ... over n elements, a block at a time so that the
-// partial results stay in L1. dst is one of the sources: with two, each element is read before
+// partial results stay in L1. dst may be one of the sources: with two, each element is read before
 // it is written; with more, the block is summed aside first.
 template <class T>
-void combine_typed(char* dst_bytes, const std::vector<const char*>& src, int64_t n,
-                   HostReduce op) {
+void combine_typed(char* dst_bytes, const std::vector<const char*>& src, int64_t n, HostReduce op) {
   constexpr int64_t kBlock = 2048;
   T* dst = reinterpret_cast<T*>(dst_bytes);
   auto apply = [op](T a, T b) { return op == HostReduce::Max ? std::max(a, b) : T(a + b); };
@@ -113,6 +112,8 @@ void combine_typed(char* dst_bytes, const std::vector<const char*>& src, int64_t
   }
 }
 
+}  // namespace
+
 void combine(char* dst, const std::vector<const char*>& src, int64_t n, DType dtype,
              HostReduce op) {
   switch (dtype) {
@@ -130,6 +131,8 @@ void combine(char* dst, const std::vector<const char*>& src, int64_t n, DType dt
   }
   fail("dist", "no host reduction for ", dtype);
 }
+
+namespace {
 
 // The steps, each ended by a message to and from every peer (tag0 + step):
 //   0. where this rank's buffer is (its window and offset): the others may read it from now on;

@@ -18,6 +18,10 @@ namespace tg::dist::detail {
 // An MPI error code as a tg::Error naming the call.
 void check_mpi(int code, const char* what);
 
+// dst = ((src[0] op src[1]) op src[2]) ... over n elements of dtype (bool as one byte), with
+// two sources or more, dst being one of them or none.
+void combine(char* dst, const std::vector<const char*>& src, int64_t n, DType dtype, HostReduce op);
+
 // The job's shared-memory windows: each allocate() is one, every rank's segment of it mapped
 // into every rank's address space. Only when all ranks run on one machine.
 class SharedWindows {
