@@ -1,8 +1,9 @@
 // The MPI engine of tg::dist. Calls stay on the thread that makes them (MPI_THREAD_SERIALIZED
 // is all it asks for), on a duplicate of MPI_COMM_WORLD so that a program's own MPI traffic
 // never matches ours; a second duplicate carries the nonblocking all-reduces' data, as
-// point-to-point messages round a ring (communicator.h's Channel, RingRequest below). Errors
-// come back as return codes and become tg::Error.
+// point-to-point messages round a ring (communicator.h's Channel, RingRequest below), or, for
+// buffers in shared memory, the messages that order the ranks' reads of each other's buffers
+// (mpi_shared_memory.h). Errors come back as return codes and become tg::Error.
 #include <mpi.h>
 
 #include <algorithm>
@@ -110,9 +111,10 @@ class ScratchPool {
 // A nonblocking all-reduce as a ring of point-to-point messages: the buffer in size() parts, a
 // reduce-scatter (size() - 1 steps, each sending one part to the next rank and adding the one
 // that comes from the previous rank), then an all-gather of the reduced parts (size() - 1 more).
-// On DDP's nine buckets of a 12.6 MB gradient, two ranks of one machine, Open MPI's
-// MPI_Iallreduce (its libnbc component) took 2.4 ms and this 1.8-2.2, against 1.6-1.9 for one
-// blocking MPI_Allreduce of the same bytes (docs/PERFORMANCE.md, "The nonblocking all-reduce").
+// On nine buckets of a 12.6 MB gradient, two ranks of one machine, Open MPI's MPI_Iallreduce
+// (its libnbc component) took 2.4 ms and this 1.8-2.2, against 1.6-1.9 for one blocking
+// MPI_Allreduce of the same bytes (docs/PERFORMANCE.md, "The nonblocking all-reduce"); DDP's
+// buckets, in shared memory on one machine, take mpi_shared_memory.cpp's path instead.
 // Each part is reduced by one rank in a fixed order and copied to the others, so every rank
 // gets the same bits, the same every run for a given world size. Messages carry the tag of
 // their reduction's sequence number and step: reductions in flight together may advance in

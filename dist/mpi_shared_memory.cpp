@@ -87,6 +87,13 @@ std::optional<SharedWindows::Place> SharedWindows::find(const void* data, int64_
   return std::nullopt;
 }
 
+const char* SharedWindows::peer_buffer(int64_t w, int r, int64_t offset, int64_t bytes) const {
+  const bool fits = w >= 0 && w < static_cast<int64_t>(windows_.size()) && offset >= 0 &&
+                    offset + bytes <= windows_[static_cast<size_t>(w)].bytes;
+  if (!fits) fail("dist", "internal: rank ", r, " named a buffer outside its shared windows");
+  return windows_[static_cast<size_t>(w)].segments[static_cast<size_t>(r)] + offset;
+}
+
 namespace {
 
 // dst = ((src[0] op src[1]) op src[2]) ... over n elements, a block at a time so that the
@@ -213,7 +220,7 @@ struct SharedRequest final : Request {
       }
       const int64_t w = peer_where[2 * static_cast<size_t>(q)];
       const int64_t offset = peer_where[2 * static_cast<size_t>(q) + 1];
-      buffers[static_cast<size_t>(q)] = windows.segment(w, q) + offset;
+      buffers[static_cast<size_t>(q)] = windows.peer_buffer(w, q, offset, count * size);
       windows_used.push_back(windows.window(w));
     }
   }

@@ -45,15 +45,16 @@ class SharedWindows {
   };
   // Where [data, data + bytes) lies in this rank's segments, if it does.
   std::optional<Place> find(const void* data, int64_t bytes) const;
-  // Rank r's segment of window w, in this process's address space.
-  char* segment(int64_t w, int r) const { return windows_[static_cast<size_t>(w)].segments[r]; }
+  // Rank r's `bytes` at `offset` in its segment of window w, in this process's address space
+  // (what rank r said of its buffer, checked against the window).
+  const char* peer_buffer(int64_t w, int r, int64_t offset, int64_t bytes) const;
   MPI_Win window(int64_t w) const { return windows_[static_cast<size_t>(w)].win; }
 
  private:
   struct Window {
     MPI_Win win = MPI_WIN_NULL;
     std::vector<char*> segments;  // by rank
-    int64_t bytes = 0;            // this rank's
+    int64_t bytes = 0;            // each rank's (empty_shared has them agree)
   };
   MPI_Comm node_ = MPI_COMM_NULL;  // world's ranks, when all of them are on this machine
   std::vector<Window> windows_;
