@@ -28,6 +28,7 @@ SharedWindows::SharedWindows(MPI_Comm world) {
   MPI_Comm_size(node, &here);
   if (here == size) {  // every rank reads the same: all here, or none has all
     node_ = node;
+    rank_ = rank;
     MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
   } else {
     MPI_Comm_free(&node);
@@ -76,11 +77,9 @@ void* SharedWindows::allocate(int64_t bytes) {
 
 std::optional<SharedWindows::Place> SharedWindows::find(const void* data, int64_t bytes) const {
   if (!available()) return std::nullopt;
-  int rank = 0;
-  MPI_Comm_rank(node_, &rank);
   const char* p = static_cast<const char*>(data);
   for (size_t w = 0; w < windows_.size(); ++w) {
-    const char* mine = windows_[w].segments[static_cast<size_t>(rank)];
+    const char* mine = windows_[w].segments[static_cast<size_t>(rank_)];
     if (p >= mine && p + bytes <= mine + windows_[w].bytes)
       return Place{static_cast<int64_t>(w), p - mine};
   }

@@ -57,6 +57,7 @@ class SharedWindows {
     int64_t bytes = 0;            // each rank's (empty_shared has them agree)
   };
   MPI_Comm node_ = MPI_COMM_NULL;  // world's ranks, when all of them are on this machine
+  int rank_ = 0;                   // this process's, in node_ (its world rank)
   std::vector<Window> windows_;
 };
 

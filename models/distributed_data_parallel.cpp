@@ -93,11 +93,11 @@ struct DistributedDataParallel::Impl {
     }
     // CPU buckets: slices of one flat tensor per dtype (`shared`), each on a cache line.
     std::vector<std::pair<DType, int64_t>> flat_sizes;  // elements, by dtype
-    std::vector<int64_t> starts(buckets.size(), 0);
+    std::vector<int64_t> starts(buckets.size(), 0), lengths(buckets.size(), 0);
     for (size_t k = 0; k < buckets.size(); ++k) {
       Bucket& b = buckets[k];
       const Tensor& first = params[b.params.front()];
-      const int64_t n = b.offsets.back() + params[b.params.back()].numel();
+      const int64_t n = lengths[k] = b.offsets.back() + params[b.params.back()].numel();
       if (first.device() != kCPU) {
         b.buffer = empty({n}, TensorOptions(first.dtype()).device(first.device()));
         continue;
@@ -121,7 +121,7 @@ struct DistributedDataParallel::Impl {
         Bucket& b = buckets[k];
         const Tensor& first = params[b.params.front()];
         if (first.device() != kCPU || first.dtype() != dtype) continue;
-        b.buffer = flat.narrow(0, starts[k], b.offsets.back() + params[b.params.back()].numel());
+        b.buffer = flat.narrow(0, starts[k], lengths[k]);
       }
     }
   }
