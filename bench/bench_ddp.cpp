@@ -5,6 +5,14 @@
 // all-reduce bandwidth of tg::dist against MPI_Allreduce itself on the same bytes, whole and cut
 // into the DDP's buckets.
 //
+// What backward's end waits for is two things: the reduction's last buckets, and, on a rank that
+// finished its backward first, the other ranks' backward (the ranks' imbalance: on a noisy
+// machine one core runs a few percent slower than the other for a whole run). The rank that
+// finished last waits for the first alone, so each step's smallest wait over the ranks is the
+// reduction's own exposed time, and the largest minus the smallest the imbalance; "hidden, last
+// rank" compares the former with the time the same buckets take to reduce with nothing to hide
+// behind.
+//
 //   bench_ddp [steps] [bucket_kb] [reduce] [shared]                (one process: the baseline)
 //   mpirun -np 2 bench_ddp [steps] [bucket_kb] [reduce] [shared]   (OMP_NUM_THREADS=1)
 //
@@ -107,6 +115,24 @@ int main(int argc, char** argv) {
     for (int64_t s = 0; s < 2; ++s) one_step(s, false);  // the buckets settle after the first
     for (int64_t s = 0; s < steps; ++s) one_step(2 + s, true);
     const double step = median(step_s), reduce = median(reduce_s), wait = median(wait_s);
+    // Each step's smallest and largest wait over the ranks (see the top of this file).
+    std::vector<double> tail_s(wait_s.size()), imbalance_s(wait_s.size());
+    if (world > 1) {
+      const std::vector<double> waits =
+          tg::dist::all_gather(
+              tg::from_vector(wait_s, {static_cast<int64_t>(wait_s.size())}).to(tg::kFloat64))
+              .to_vector<double>();
+      for (size_t i = 0; i < wait_s.size(); ++i) {
+        double lo = waits[i], hi = waits[i];
+        for (int r = 1; r < world; ++r) {
+          lo = std::min(lo, waits[r * wait_s.size() + i]);
+          hi = std::max(hi, waits[r * wait_s.size() + i]);
+        }
+        tail_s[i] = lo;
+        imbalance_s[i] = hi - lo;
+      }
+    }
+    const double tail = median(tail_s), imbalance = median(imbalance_s);
     // Every rank's own medians: a step of DDP goes at its slowest rank's pace (on a noisy
     // machine one core may run several percent slower than the other for a whole run), which
     // shows as the faster rank's wait.
@@ -130,8 +156,15 @@ int main(int argc, char** argv) {
       if (world > 1 && ddp) {
         std::printf("reduce_ms\t%.2f\t(in the reduction's calls, %.1f%% of the step)\n",
                     reduce * 1e3, 100 * reduce / step);
-        std::printf("exposed_ms\t%.2f\t(backward's end waiting for it)\nhidden_pct\t%.1f\n",
-                    wait * 1e3, 100 * std::max(0.0, 1 - wait / reduce));
+        std::printf(
+            "exposed_ms\t%.2f\t(rank 0's backward's end waiting for it)\nhidden_pct\t%.1f\t(rank "
+            "0: 1 - exposed / reduce)\n",
+            wait * 1e3, 100 * std::max(0.0, 1 - wait / reduce));
+        std::printf(
+            "last_rank_exposed_ms\t%.3f\t(each step's smallest wait over the ranks: the "
+            "reduction's own)\nimbalance_ms\t%.2f\t(each step's largest wait less its smallest: "
+            "a rank waiting for another's backward)\n",
+            tail * 1e3, imbalance * 1e3);
       }
       for (int r = 0; world > 1 && r < world; ++r) {
         const double* v = ranks.data() + 4 * r;
@@ -167,6 +200,8 @@ int main(int argc, char** argv) {
       });
     };
     const double ours_async = async_on(parts), ours_shared = async_on(shared_parts);
+    // The buckets DDP used, reduced with nothing to hide behind.
+    const double alone = shared_buckets ? ours_shared : ours_async;
     if (lead) {
       std::printf("allreduce_ms\ttg::dist\t%.3f\t%.2f GB/s\n", ours * 1e3, grad_mb / ours / 1e3);
       std::printf("allreduce_ms\ttg::dist in %lld buckets\t%.3f\n", static_cast<long long>(pieces),
@@ -176,6 +211,8 @@ int main(int argc, char** argv) {
       std::printf(
           "allreduce_ms\ttg::dist in %lld buckets, all_reduce_async, empty_shared (DDP's)\t%.3f\n",
           static_cast<long long>(pieces), ours_shared * 1e3);
+      std::printf("hidden_pct\t%.1f\t(last rank: 1 - last_rank_exposed / the %s buckets alone)\n",
+                  100 * std::max(0.0, 1 - tail / alone), shared_buckets ? "shared" : "private");
     }
 #ifdef TAPEGRAD_BENCH_MPI
     std::vector<float> raw(static_cast<size_t>(n), 1.0f);

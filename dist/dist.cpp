@@ -1,7 +1,8 @@
-// tg::dist over a Communicator (communicator.h): argument checks, staging through contiguous
-// host buffers (CUDA tensors included), 16-bit reductions in float32, a signature exchange
-// that turns ranks disagreeing about a collective into an error on every rank, and a watchdog
-// that ends the job when a collective waits too long.
+// tg::dist over a Communicator (communicator.h) and, for CUDA tensors, a DeviceCommunicator
+// (device_communicator.h: NCCL) or staging through contiguous host buffers: argument checks,
+// 16-bit reductions in float32, a signature exchange that turns ranks disagreeing about a
+// collective into an error on every rank, and a watchdog that ends the job when a collective
+// waits too long.
 #include "dist/dist.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "ops/ops.h"
 
 namespace tg::dist {
@@ -92,6 +94,11 @@ class Watchdog {
 // finalizes MPI.
 struct State {
   std::unique_ptr<detail::Communicator> comm;  // null: a world of one
+  // How CUDA tensors' collectives travel: chosen by the first of them (every rank is in it, and
+  // the signature has checked that every rank's tensor is on CUDA), then kept.
+  enum class CudaPath : uint8_t { Undecided, Host, Nccl } cuda_path = CudaPath::Undecided;
+  CudaCollectives cuda_option = CudaCollectives::Auto;
+  std::unique_ptr<detail::DeviceCommunicator> nccl;  // when cuda_path is Nccl
   Watchdog watchdog;
   // One call into the engine at a time in this process: MPI is initialised
   // MPI_THREAD_SERIALIZED, and a program may call collectives from several threads.
@@ -119,33 +126,46 @@ class Guarded {
 };
 
 // What every rank must agree on before a collective moves data: which collective, the dtype,
-// the element count and the root; and, without having to agree, whether its buffer lies in
-// shared memory (empty_shared). Exchanged as the values' minimum and maximum over the ranks
-// (one all-reduce of Max over the values and their negatives), so that every rank reaches the
-// same verdict.
+// the element count, the root and the kind of device (CPU tensors go through MPI, CUDA ones
+// perhaps through NCCL: the ranks must take the same engine); and, without having to agree,
+// whether its buffer lies in shared memory (empty_shared). Exchanged as the values' minimum and
+// maximum over the ranks (one all-reduce of Max over the values and their negatives), so that
+// every rank reaches the same verdict.
 struct Signature {
-  static constexpr int kFields = 5;
-  Signature(int64_t kind, DType dtype, int64_t numel, int64_t root, bool shared = false)
-      : dtype(dtype),
-        numel(numel),
-        root(root),
-        wire{kind, static_cast<int64_t>(dtype), numel, root, shared ? 1 : 0} {
+  enum Field : uint8_t { kKind, kDType, kNumel, kRoot, kDevice, kShared, kFields };
+  Signature(int64_t kind, DType dtype, int64_t numel, int64_t root, Device device,
+            bool shared = false)
+      : dtype(dtype), numel(numel), root(root), device(device), wire{kind,
+                                                                     static_cast<int64_t>(dtype),
+                                                                     numel,
+                                                                     root,
+                                                                     device.is_cuda() ? 1 : 0,
+                                                                     shared ? 1 : 0} {
     for (int i = 0; i < kFields; ++i) wire[kFields + i] = -wire[i];  // max of -x is -min of x
   }
   // After the exchange: an error unless every rank passed the same.
   void check(const char* op) const {
-    if (wire[0] != -wire[5]) fail(op, "ranks called different collectives at the same point");
-    TG_CHECK(wire[1] == -wire[6], op, "ranks disagree on the tensor's dtype (this rank: ", dtype,
-             ")");
-    TG_CHECK(wire[2] == -wire[7], op, "ranks disagree on the tensor's size: ", numel,
-             " elements on this rank, between ", -wire[7], " and ", wire[2], " over the ranks");
-    TG_CHECK(wire[3] == -wire[8], op, "ranks disagree on the root: ", root, " on this rank");
+    if (!agreed(kKind)) fail(op, "ranks called different collectives at the same point");
+    TG_CHECK(agreed(kDType), op, "ranks disagree on the tensor's dtype (this rank: ", dtype, ")");
+    TG_CHECK(agreed(kNumel), op, "ranks disagree on the tensor's size: ", numel,
+             " elements on this rank, between ", min(kNumel), " and ", wire[kNumel],
+             " over the ranks");
+    TG_CHECK(agreed(kRoot), op, "ranks disagree on the root: ", root, " on this rank");
+    TG_CHECK(agreed(kDevice), op,
+             "ranks disagree on the tensor's kind of device: CPU on some, CUDA on others (this "
+             "rank: ",
+             device, ")");
   }
   // After the exchange: whether every rank's buffer is in shared memory.
-  bool all_shared() const { return -wire[9] == 1; }
+  bool all_shared() const { return min(kShared) == 1; }
   DType dtype;
   int64_t numel, root;
+  Device device;
   int64_t wire[2 * kFields];
+
+ private:
+  int64_t min(Field f) const { return -wire[kFields + f]; }
+  bool agreed(Field f) const { return wire[f] == min(f); }
 };
 
 // The collectives' kinds, for the signature.
@@ -159,8 +179,8 @@ std::unique_ptr<detail::Request> start_agreeing(Signature& sig) {
 }
 
 // Blocking collectives: exchange and check the signature before any data moves.
-void agree(const char* op, Kind kind, DType dtype, int64_t numel, int64_t root) {
-  Signature sig(kind, dtype, numel, root);
+void agree(const char* op, Kind kind, DType dtype, int64_t numel, int64_t root, Device device) {
+  Signature sig(kind, dtype, numel, root, device);
   const std::unique_ptr<detail::Request> exchange = start_agreeing(sig);
   while (!exchange->test()) {
   }
@@ -223,6 +243,7 @@ void init(const InitOptions& options) {
   TG_CHECK(!s.initialized, "dist.init", "the process group is already initialized");
   TG_CHECK(options.timeout_s >= 0, "dist.init", "timeout_s must be >= 0, got ", options.timeout_s);
   s.comm = detail::make_mpi_communicator();
+  s.cuda_option = options.cuda_collectives;
   s.initialized = true;
   s.watchdog.start(options.timeout_s, rank());
   if (world_size() > 1) {
@@ -252,8 +273,25 @@ bool available() {
   return false;
 #endif
 }
+bool nccl_available() { return detail::nccl_built(); }
+const char* cuda_backend() {
+  switch (state().cuda_path) {
+    case State::CudaPath::Host:
+      return "host";
+    case State::CudaPath::Nccl:
+      return "nccl";
+    case State::CudaPath::Undecided:
+      break;
+  }
+  return "none";
+}
 int rank() { return state().comm ? state().comm->rank() : 0; }
 int world_size() { return state().comm ? state().comm->size() : 1; }
+int local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
+  return 0;
+}
 
 void barrier() {
   check_initialized("dist.barrier");
@@ -301,6 +339,66 @@ void store_result(Tensor& t, const Tensor& buffer, ReduceOp op) {
   }
 }
 
+// Whether this collective of a tensor on CUDA device `device` goes through NCCL: chosen at the
+// first such collective, on every rank alike (the choice's inputs are the same everywhere or,
+// for the GPUs' identities, gathered), then kept. The caller holds the collective lock and has
+// checked that every rank's tensor is on CUDA.
+bool use_nccl(const char* op, int device) {
+  using Path = State::CudaPath;
+  State& s = state();
+  if (s.cuda_path == Path::Undecided) {
+    const bool forced = s.cuda_option == CudaCollectives::Nccl;
+    if (s.cuda_option == CudaCollectives::Host) {
+      s.cuda_path = Path::Host;
+    } else if (!detail::nccl_built()) {
+      TG_CHECK(!forced, op,
+               "cuda_collectives is Nccl, but this build has no NCCL (TAPEGRAD_NCCL; it needs the "
+               "CUDA backend, MPI and NCCL)");
+      s.cuda_path = Path::Host;
+    } else if (const auto pair = detail::ranks_sharing_a_gpu(*s.comm, device)) {
+      TG_CHECK(!forced, op, "cuda_collectives is Nccl, but ranks ", pair->first, " and ",
+               pair->second,
+               " use the same GPU, and NCCL takes one rank per GPU: give each rank a device of "
+               "its own (cuda:<local rank>), or use CudaCollectives::Host");
+      s.cuda_path = Path::Host;
+    } else {
+      s.nccl = detail::make_nccl_communicator(*s.comm, device);
+      s.cuda_path = Path::Nccl;
+    }
+  }
+  if (s.cuda_path != Path::Nccl) return false;
+  TG_CHECK(s.nccl->device() == device, op, "NCCL's communicator is on cuda:", s.nccl->device(),
+           " (the device of this rank's first CUDA collective), this tensor on cuda:", device,
+           ": a rank's CUDA collectives use one device");
+  return true;
+}
+
+// all_reduce of a CUDA tensor over NCCL, queued on its device's stream: in place when it is
+// contiguous in the wire's dtype, else through a contiguous float32 (16-bit) or same-dtype copy
+// on the device.
+void nccl_all_reduce(Tensor& t, ReduceOp op) {
+  NoGradGuard ng;
+  const DType wire = compute_dtype(t.dtype());
+  const Tensor buffer =
+      t.is_contiguous() && t.dtype() == wire ? t : t.detach().to(wire).contiguous();
+  state().nccl->all_reduce(buffer.raw_data(), buffer.numel(), wire, host_reduce(op));
+  store_result(t, buffer, op);
+}
+
+// all_reduce and, for CUDA tensors, all_reduce_async: the signature, then the data, blocking
+// (through host memory) or queued on the device (NCCL). The caller holds the collective lock.
+void all_reduce_now(const char* op_name, Kind kind, Tensor& t, ReduceOp op) {
+  agree(op_name, kind, t.dtype(), t.numel(), 0, t.device());
+  if (t.numel() == 0) return;
+  if (t.device().is_cuda() && use_nccl(op_name, t.device().index)) {
+    nccl_all_reduce(t, op);
+    return;
+  }
+  const Tensor buffer = reduction_buffer(t);
+  state().comm->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
+  store_result(t, buffer, op);
+}
+
 }  // namespace
 
 void all_reduce(Tensor& t, ReduceOp op) {
@@ -308,11 +406,7 @@ void all_reduce(Tensor& t, ReduceOp op) {
   check_all_reduce(kOp, t, op);
   if (!state().comm) return;  // a world of one: already the result
   Guarded g("all_reduce");
-  agree(kOp, kAllReduce, t.dtype(), t.numel(), 0);
-  if (t.numel() == 0) return;
-  const Tensor buffer = reduction_buffer(t);
-  state().comm->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
-  store_result(t, buffer, op);
+  all_reduce_now(kOp, kAllReduce, t, op);
 }
 
 // A nonblocking all-reduce: first its signature's exchange on the control channel (in call
@@ -325,7 +419,7 @@ struct detail::PendingReduce {
       : target(std::move(t)),
         buffer(reduction_buffer(target)),
         op(op),
-        signature(kAllReduceAsync, target.dtype(), target.numel(), 0,
+        signature(kAllReduceAsync, target.dtype(), target.numel(), 0, target.device(),
                   state().comm->is_shared(
                       buffer.raw_data(),
                       buffer.numel() * static_cast<int64_t>(dtype_size(buffer.dtype())))) {}
@@ -391,6 +485,13 @@ void advance_in_flight() {
 Work all_reduce_async(Tensor& t, ReduceOp op) {
   check_all_reduce(kAsyncOp, t, op);
   if (!state().comm) return {};  // a world of one: already the result
+  if (t.device().is_cuda()) {
+    // Agreed at once, so that NCCL's collectives are queued in the program's order on every
+    // rank (NCCL matches them by that order alone).
+    Guarded g("all_reduce_async");
+    all_reduce_now(kAsyncOp, kAllReduceAsync, t, op);
+    return {};
+  }
   auto p = std::make_shared<detail::PendingReduce>(t, op);
   std::lock_guard<std::mutex> lock(state().collective);
   p->request = start_agreeing(p->signature);
@@ -449,7 +550,7 @@ Tensor empty_shared(const Shape& sizes, DType dtype) {
   Tensor plain = Tensor::empty_like_shape(sizes, dtype, kCPU, kOp);  // checks sizes
   if (!state().comm) return plain;
   Guarded g("empty_shared");
-  agree(kOp, kEmptyShared, dtype, plain.numel(), 0);
+  agree(kOp, kEmptyShared, dtype, plain.numel(), 0, kCPU);
   const int64_t bytes = plain.numel() * static_cast<int64_t>(dtype_size(dtype));
   void* data = state().comm->allocate_shared(bytes);
   if (!data) return plain;  // the ranks do not share one machine
@@ -469,11 +570,18 @@ void broadcast(Tensor& t, int root) {
            "), got ", root);
   if (!state().comm) return;
   Guarded g("broadcast");
-  agree(kOp, kBroadcast, t.dtype(), t.numel(), root);
+  agree(kOp, kBroadcast, t.dtype(), t.numel(), root, t.device());
   if (t.numel() == 0) return;
+  const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+  if (t.device().is_cuda() && use_nccl(kOp, t.device().index)) {
+    NoGradGuard ng;
+    const Tensor buffer = t.is_contiguous() ? t : t.detach().contiguous();
+    state().nccl->broadcast(buffer.raw_data(), bytes, root);
+    if (buffer.raw_data() != t.raw_data()) t.copy_(buffer);
+    return;
+  }
   Tensor h = host_copy(t, t.dtype());
-  state().comm->broadcast(h.raw_data(), h.numel() * static_cast<int64_t>(dtype_size(h.dtype())),
-                          root);
+  state().comm->broadcast(h.raw_data(), bytes, root);
   if (rank() != root) write_back(t, h);
 }
 
@@ -486,10 +594,16 @@ Tensor all_gather(const Tensor& t) {
   NoGradGuard ng;
   if (!state().comm) return t.detach().unsqueeze(0).clone();
   Guarded g("all_gather");
-  agree(kOp, kAllGather, t.dtype(), t.numel(), 0);
+  agree(kOp, kAllGather, t.dtype(), t.numel(), 0, t.device());
+  const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+  if (t.device().is_cuda() && bytes && use_nccl(kOp, t.device().index)) {
+    const Tensor mine = t.detach().contiguous();
+    Tensor out = empty(shape, TensorOptions(t.dtype()).device(t.device()));
+    state().nccl->all_gather(mine.raw_data(), out.raw_data(), bytes);
+    return out;
+  }
   Tensor h = host_copy(t, t.dtype());
   Tensor out = empty(shape, TensorOptions(t.dtype()));
-  const int64_t bytes = h.numel() * static_cast<int64_t>(dtype_size(h.dtype()));
   if (bytes) state().comm->all_gather(h.raw_data(), out.raw_data(), bytes);
   return out.to(t.device());
 }

@@ -1,7 +1,13 @@
 // tg::dist: collectives across the processes of a job, for data-parallel training. CPU tensors
 // go through MPI (a job started by mpirun, or srun where its variables are set); CUDA tensors
-// are staged through host memory. A build without MPI (TAPEGRAD_MPI=OFF, or MPI not found)
-// still has tg::dist, with a world of one process, so code written for it runs anywhere.
+// through NCCL where the build has it and every rank has a GPU of its own, else staged through
+// host memory over MPI (InitOptions::cuda_collectives). A build without MPI (TAPEGRAD_MPI=OFF,
+// or MPI not found) still has tg::dist, with a world of one process, so code written for it
+// runs anywhere.
+//
+// Over NCCL a collective of CUDA tensors is queued on the device's stream, like a kernel: it
+// returns at once, and what reads the result later on that device sees it (host reads wait, as
+// for any CUDA tensor). Every rank's CUDA collectives use one device, the one the first used.
 //
 // Collectives are not recorded on the tape (they act on data, as optimizers do) and every rank
 // must call the same collectives in the same order with tensors of the same shape and dtype.
@@ -16,11 +22,25 @@ namespace tg::dist {
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max };
 
+// How collectives of CUDA tensors travel.
+enum class CudaCollectives : uint8_t {
+  // NCCL when this build has it (TAPEGRAD_NCCL) and no two ranks use the same GPU (NCCL takes
+  // one rank per GPU); else through host memory.
+  Auto,
+  // NCCL; where it cannot be had, the first collective of a CUDA tensor is an error.
+  Nccl,
+  // Staged through host memory over MPI: a copy to the host (which waits for the device) and
+  // back.
+  Host,
+};
+
 struct InitOptions {
   // Seconds one collective may wait for the other ranks before this process prints which
   // collective it was waiting in and ends the whole job (exit status 1; mpirun then stops the
   // other ranks): a rank that died or diverged never leaves the others hanging. 0 waits forever.
+  // (Over NCCL this covers the collective's start; the device's own wait is not watched.)
   double timeout_s = 300;
+  CudaCollectives cuda_collectives = CudaCollectives::Auto;
 };
 
 // Starts the process group: every rank of the job under mpirun or srun, else a world of one.
@@ -32,9 +52,19 @@ bool is_initialized();
 const char* backend();
 // Whether this build has MPI (TAPEGRAD_MPI).
 bool available();
+// Whether this build has NCCL (TAPEGRAD_NCCL).
+bool nccl_available();
+// The engine behind collectives of CUDA tensors: "nccl" or "host", chosen at the first of them
+// (the same on every rank; InitOptions::cuda_collectives); "none" until then, and in a world of
+// one that no launcher started.
+const char* cuda_backend();
 
 int rank();        // this process's rank; 0 before init
 int world_size();  // the number of processes; 1 before init
+// This process's place among the job's processes on its machine, from the launcher's
+// environment (Open MPI's mpirun, MPICH's hydra, srun); 0 where it does not say. For choosing
+// a GPU: cuda:(local_rank() % cuda_device_count()).
+int local_rank();
 
 // Waits until every rank has called it.
 void barrier();
@@ -78,7 +108,9 @@ class Work {
 // this rank; the ranks' agreement on them (dtype, size) is checked in flight, and a
 // disagreement is an error from test() or wait() on every rank. Reductions that are in flight
 // together are matched across ranks in the order they were started, and independently of the
-// blocking collectives called meanwhile.
+// blocking collectives called meanwhile. A CUDA tensor's reduction is all_reduce's, and the Work
+// comes back finished: over NCCL it is queued on the device's stream (so it is asynchronous
+// already), and through host memory the copies wait for the device anyway.
 Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum);
 
 // An uninitialised contiguous CPU tensor in memory that the ranks of one machine share (an MPI

@@ -418,7 +418,12 @@ std::unique_ptr<Session> load_session(const Args& a, const Paths& paths) {
   s->data = load_data(a);
   s->cfg = model_config(a, paths);
   s->model = std::make_unique<tg::nn::Transformer>(s->cfg, a.seed);
-  s->model->to(a.device == "cuda" ? tg::kCUDA : tg::kCPU);
+  // Under mpirun each rank of a machine takes a GPU of its own while there are enough (NCCL
+  // then carries the gradients); ranks beyond them share, through host memory.
+  s->model->to(a.device == "cuda"
+                   ? tg::Device(tg::DeviceType::CUDA,
+                                tg::dist::local_rank() % std::max(1, tg::cuda_device_count()))
+                   : tg::kCPU);
   tg::nn::AdamWOptions ao;
   ao.lr = a.lr;
   ao.weight_decay = a.weight_decay;

@@ -16,7 +16,8 @@
 // move on, so the reductions of the late layers overlap the backward of the early ones on
 // backward's own thread (a communication thread would take the core from backward when every rank
 // has one core); when backward ends it waits for the rest and writes the means back into .grad().
-// CUDA buckets are reduced when backward ends. Buckets follow the order gradients became final in
+// CUDA buckets are reduced when backward ends (over NCCL, queued on the device's stream behind
+// backward's kernels; else through host memory). Buckets follow the order gradients became final in
 // the first backward (the tape's reverse order; rank 0's, so every rank agrees) and are reduced in
 // that order on every rank, so the result is deterministic for a fixed world size and bitwise the
 // same on every rank.

@@ -21,9 +21,15 @@ case "$what" in test | bench | sdpa | mma | ragged | profile | all) ;; *)
 esac
 if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# NCCL (tg::dist's CUDA tensors): the toolkit's, else the nvidia-nccl wheel that PyTorch brings.
+if [ -z "${NCCL_ROOT:-}" ] && ! [ -e /usr/local/cuda/include/nccl.h ]; then
+  NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
+    export NCCL_ROOT
+fi
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_CUDA=ON -DTAPEGRAD_BLAS=OFF \
-  -DTAPEGRAD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null || exit 1
+  -DTAPEGRAD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" | grep 'tapegrad:'
+test "${PIPESTATUS[0]}" -eq 0 || exit 1
 cmake --build "$build" -j "$(nproc)" 2>&1 | grep -E "error|warning|FAILED" ; test ${PIPESTATUS[0]} -eq 0 || exit 1
 status=0
 if [ "$what" = test ] || [ "$what" = all ]; then

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace tg;
@@ -38,6 +39,8 @@ TEST_CASE("the process group: rank, world size, engine") {
   // MPI runs the group when the build has it and mpirun started this process.
   const bool mpi = dist::available() && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   CHECK(std::strcmp(dist::backend(), mpi ? "mpi" : "none") == 0);
+  CHECK(std::strcmp(dist::cuda_backend(), "none") == 0);  // no CUDA collective yet
+  CHECK(dist::local_rank() == R());  // every rank of these tests runs on this machine
   CHECK_THROWS_WITH(dist::init(), "[dist.init] the process group is already initialized");
   dist::barrier();
 }
@@ -279,6 +282,100 @@ TEST_CASE("collectives: errors") {
 
 namespace {
 
+// The engine main asked for CUDA tensors ("nccl", "host" or "auto").
+std::string wanted_cuda_collectives() {
+  const char* want = std::getenv("TAPEGRAD_TEST_CUDA_COLLECTIVES");
+  return want ? want : "auto";
+}
+
+// Rank r on GPU r mod the count: NCCL takes one rank per GPU, so with fewer GPUs than ranks the
+// ranks share one and the automatic choice is host memory.
+Device rank_gpu() { return {DeviceType::CUDA, R() % cuda_device_count()}; }
+bool ranks_share_a_gpu() { return W() > cuda_device_count(); }
+
+// Whether the engine main asked for can carry CUDA collectives here.
+bool cuda_collectives_possible() {
+  return wanted_cuda_collectives() != "nccl" || (dist::nccl_available() && !ranks_share_a_gpu());
+}
+
+}  // namespace
+
+TEST_CASE("collectives of CUDA tensors: NCCL, or through host memory") {
+  if (!cuda_is_available()) {
+    MESSAGE("no CUDA device: skipped");
+    return;
+  }
+  const Device dev = rank_gpu();
+  const std::string want = wanted_cuda_collectives();
+  const bool sharing = ranks_share_a_gpu();
+  Tensor first = full({2}, 1.0).to(dev);
+  if (!cuda_collectives_possible()) {
+    CHECK_THROWS_WITH(dist::all_reduce(first),
+                      doctest::Contains(!dist::nccl_available() ? "this build has no NCCL"
+                                                                : "NCCL takes one rank per GPU"));
+    CHECK(std::string(dist::cuda_backend()) == "none");
+    return;
+  }
+  dist::all_reduce(first);  // chooses the engine
+  const std::string engine = want != "host" && dist::nccl_available() && !sharing ? "nccl" : "host";
+  CHECK(dist::cuda_backend() == engine);
+  CHECK(values(first) == std::vector<double>{double(W()), double(W())});
+
+  const double tri = W() * (W() + 1) / 2.0;
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16, kFloat16}) {
+    CAPTURE(dt);
+    Tensor s = ramp(5, dt, R()).to(dev), m = ramp(5, dt, R()).to(dev);
+    dist::all_reduce(s);
+    dist::all_reduce(m, dist::ReduceOp::Max);
+    CHECK(s.device() == dev);
+    CHECK(s.dtype() == dt);
+    for (int64_t i = 0; i < 5; ++i) {
+      CHECK(values(s)[i] == tri * (i + 1));
+      CHECK(values(m)[i] == W() * (i + 1.0));
+    }
+    if (dt != kInt64) {
+      Tensor a = ramp(5, dt, R()).to(dev);
+      dist::Work w = dist::all_reduce_async(a, dist::ReduceOp::Mean);
+      CHECK(w.test());  // a CUDA tensor's Work comes back finished
+      for (int64_t i = 0; i < 5; ++i) CHECK(values(a)[i] == tri * (i + 1) / W());
+    }
+    Tensor b = ramp(4, kFloat64, R()).to(dt).to(dev);
+    dist::broadcast(b, W() - 1);
+    CHECK(values(b) == values(ramp(4, kFloat64, W() - 1).to(dt)));
+    Tensor g = dist::all_gather(ramp(4, kFloat64, R()).reshape({2, 2}).to(dt).to(dev));
+    REQUIRE(g.sizes() == Shape{W(), 2, 2});
+    CHECK(g.device() == dev);
+    for (int r = 0; r < W(); ++r)
+      CHECK(values(g.narrow(0, r, 1).flatten()) == values(ramp(4, kFloat64, r).to(dt)));
+  }
+  Tensor any = full({3}, R() == W() - 1 ? 1.0 : 0.0).to(kBool).to(dev);
+  dist::all_reduce(any, dist::ReduceOp::Max);
+  CHECK(any.to(kCPU).to_vector<bool>() == std::vector<bool>{true, true, true});
+  // Strided views, written in place.
+  Tensor base = zeros({3, 4}).to(dev);
+  Tensor view = base.transpose(0, 1);
+  view.copy_(full({4, 3}, R() + 1.0).to(dev));
+  dist::all_reduce(view);
+  for (double x : values(base)) CHECK(x == tri);
+  Tensor rows = ramp(6, kFloat32, R()).to(dev).reshape({3, 2}).transpose(0, 1);
+  dist::broadcast(rows, 0);
+  CHECK(values(rows.contiguous()) ==
+        values(ramp(6, kFloat32, 0).reshape({3, 2}).transpose(0, 1).contiguous()));
+  // Every rank ends with the same bits.
+  Generator gen{99 + static_cast<uint64_t>(R()), 0};
+  Tensor x = randn({1000}, gen).to(dev);
+  dist::all_reduce(x, dist::ReduceOp::Mean);
+  const std::vector<float> v = dist::all_gather(x).to(kCPU).to_vector<float>();
+  for (int r = 1; r < W(); ++r) CHECK(std::memcmp(v.data(), v.data() + r * 1000, 4000) == 0);
+  if (W() > 1) {
+    Tensor mixed = R() == 0 ? ones({2}).to(dev) : ones({2});
+    CHECK_THROWS_WITH(dist::all_reduce(mixed),
+                      doctest::Contains("ranks disagree on the tensor's kind of device"));
+  }
+}
+
+namespace {
+
 // Every value of every parameter, in order.
 std::vector<float> flat_params(nn::Module& m) {
   std::vector<float> out;
@@ -302,14 +399,15 @@ class Pair : public nn::Module {
   Tensor a, b;
 };
 
-}  // namespace
-
-TEST_CASE("DistributedDataParallel: W ranks on batch 64/W train as one process on batch 64") {
+// W ranks on batch 64/W train as one process on batch 64, the models on `dev`.
+void check_ddp_matches_one_process(Device dev) {
   const nn::TransformerConfig cfg{
       .vocab = 256, .d_model = 32, .layers = 2, .heads = 4, .kv_heads = 2};
   auto task = nn::make_task("sort", 6);
   nn::Transformer single(cfg, 100);       // one process, the whole batch
   nn::Transformer model(cfg, 100 + R());  // each rank's own init: DDP copies rank 0's
+  single.to(dev);
+  model.to(dev);
   nn::DistributedDataParallel ddp(model, {.bucket_bytes = 16 << 10});
   CHECK(flat_params(model) == flat_params(single));
   nn::AdamW opt_single(single.named_parameters()), opt(model.named_parameters());
@@ -335,12 +433,27 @@ TEST_CASE("DistributedDataParallel: W ranks on batch 64/W train as one process o
     CHECK(ddp.bucket_count() > 2);
     const nn::GradReductionStats& s = ddp.last_reduction();
     CHECK(s.buckets == ddp.bucket_count());
-    CHECK(s.early_buckets == s.buckets);  // every bucket went out from a hook, during backward
+    if (dev.is_cpu()) CHECK(s.early_buckets == s.buckets);  // each went out during backward
     CHECK(s.bytes == model.parameter_count() * 4);
     CHECK(s.reduce_s > 0);
   } else {
     CHECK(ddp.bucket_count() == 0);  // a world of one: nothing to reduce
   }
+}
+
+}  // namespace
+
+TEST_CASE("DistributedDataParallel: W ranks on batch 64/W train as one process on batch 64") {
+  check_ddp_matches_one_process(kCPU);
+}
+
+TEST_CASE("DistributedDataParallel on CUDA: W ranks train as one process") {
+  if (!cuda_is_available()) {
+    MESSAGE("no CUDA device: skipped");
+    return;
+  }
+  if (!cuda_collectives_possible()) return;  // the case above checks the error
+  check_ddp_matches_one_process(rank_gpu());
 }
 
 TEST_CASE("DistributedDataParallel: a parameter some ranks do not reach; accumulation; errors") {
@@ -374,6 +487,13 @@ TEST_CASE("DistributedDataParallel: a parameter some ranks do not reach; accumul
 int main(int argc, char** argv) {
   dist::InitOptions o;
   o.timeout_s = 120;
+  // The engine for CUDA tensors, from the ctest entries that choose one (auto otherwise).
+  if (const char* want = std::getenv("TAPEGRAD_TEST_CUDA_COLLECTIVES")) {
+    const std::string w = want;
+    o.cuda_collectives = w == "nccl"   ? dist::CudaCollectives::Nccl
+                         : w == "host" ? dist::CudaCollectives::Host
+                                       : dist::CudaCollectives::Auto;
+  }
   dist::init(o);
   doctest::Context ctx(argc, argv);
   if (dist::rank() != 0) ctx.setOption("minimal", true);
