@@ -135,12 +135,13 @@ struct Signature {
   enum Field : uint8_t { kKind, kDType, kNumel, kRoot, kDevice, kShared, kFields };
   Signature(int64_t kind, DType dtype, int64_t numel, int64_t root, Device device,
             bool shared = false)
-      : dtype(dtype), numel(numel), root(root), device(device), wire{kind,
-                                                                     static_cast<int64_t>(dtype),
-                                                                     numel,
-                                                                     root,
-                                                                     device.is_cuda() ? 1 : 0,
-                                                                     shared ? 1 : 0} {
+      : dtype(dtype), numel(numel), root(root), device(device) {
+    wire[kKind] = kind;
+    wire[kDType] = static_cast<int64_t>(dtype);
+    wire[kNumel] = numel;
+    wire[kRoot] = root;
+    wire[kDevice] = device.is_cuda() ? 1 : 0;
+    wire[kShared] = shared ? 1 : 0;
     for (int i = 0; i < kFields; ++i) wire[kFields + i] = -wire[i];  // max of -x is -min of x
   }
   // After the exchange: an error unless every rank passed the same.
@@ -161,7 +162,7 @@ struct Signature {
   DType dtype;
   int64_t numel, root;
   Device device;
-  int64_t wire[2 * kFields];
+  int64_t wire[2 * kFields] = {};
 
  private:
   int64_t min(Field f) const { return -wire[kFields + f]; }
