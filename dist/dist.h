@@ -61,9 +61,10 @@ const char* cuda_backend();
 
 int rank();        // this process's rank; 0 before init
 int world_size();  // the number of processes; 1 before init
-// This process's place among the job's processes on its machine, from the launcher's
-// environment (Open MPI's mpirun, MPICH's hydra, srun); 0 where it does not say. For choosing
-// a GPU: cuda:(local_rank() % cuda_device_count()).
+// This process's place among the job's processes on its machine (0 to their number - 1, in an
+// order the launcher picks, not always the ranks'), from the launcher's environment (Open
+// MPI's mpirun, MPICH's hydra, srun); 0 where it does not say. For choosing a GPU:
+// cuda:(local_rank() % cuda_device_count()).
 int local_rank();
 
 // Waits until every rank has called it.

