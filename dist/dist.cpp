@@ -6,89 +6,21 @@
 #include "dist/dist.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <thread>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
+#include "dist/watchdog.h"
 #include "ops/ops.h"
 
 namespace tg::dist {
 namespace {
-
-// Ends the process when one collective runs past the timeout: the only way out of a blocking
-// MPI call whose peers are gone. _Exit without MPI_Finalize makes mpirun stop the other ranks.
-class Watchdog {
- public:
-  ~Watchdog() { stop(); }
-  void start(double timeout_s, int rank) {
-    timeout_ = std::chrono::duration<double>(timeout_s);
-    rank_ = rank;
-    if (timeout_s > 0) thread_ = std::thread([this] { watch(); });
-  }
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-  // Wakes the thread only from its untimed wait: waiting for an earlier deadline, it finds the
-  // later one when that passes. (A wake-up for every collective took a context switch on a
-  // busy core each time DDP tested its buckets.)
-  void arm(const char* what) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    what_ = what;
-    deadline_ = std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
-    if (idle_) cv_.notify_all();
-  }
-  void disarm() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    what_ = nullptr;
-  }
-
- private:
-  void watch() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stopping_) {
-      if (!what_) {
-        idle_ = true;
-        cv_.wait(lock);
-        idle_ = false;
-        continue;
-      }
-      if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && what_ &&
-          std::chrono::steady_clock::now() >= deadline_) {
-        std::fprintf(stderr,
-                     "[dist] rank %d: %s waited more than %g s for the other ranks (one failed, "
-                     "exited or called a different collective); ending the job\n",
-                     rank_, what_, timeout_.count());
-        std::fflush(stderr);
-        std::_Exit(1);
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::thread thread_;
-  std::chrono::duration<double> timeout_{0};
-  std::chrono::steady_clock::time_point deadline_;
-  const char* what_ = nullptr;
-  bool stopping_ = false;
-  bool idle_ = false;  // in the untimed wait: nothing armed when the thread last looked
-  int rank_ = 0;
-};
 
 // Members are destroyed in reverse order: the watchdog stops before the communicator
 // finalizes MPI.
@@ -99,7 +31,7 @@ struct State {
   enum class CudaPath : uint8_t { Undecided, Host, Nccl } cuda_path = CudaPath::Undecided;
   CudaCollectives cuda_option = CudaCollectives::Auto;
   std::unique_ptr<detail::DeviceCommunicator> nccl;  // when cuda_path is Nccl
-  Watchdog watchdog;
+  detail::Watchdog watchdog;
   // One call into the engine at a time in this process: MPI is initialised
   // MPI_THREAD_SERIALIZED, and a program may call collectives from several threads.
   std::mutex collective;
@@ -218,10 +150,10 @@ void check_writable(const Tensor& t, const char* op) {
   }
 }
 
-// A private contiguous host copy of t's values in `dtype` (never t's own storage).
-Tensor host_copy(const Tensor& t, DType dtype) {
+// A private contiguous copy of t's values in `dtype` on `device` (never t's own storage).
+Tensor private_copy(const Tensor& t, DType dtype, Device device = kCPU) {
   NoGradGuard ng;
-  Tensor h = t.detach().to(kCPU).to(dtype).contiguous();
+  Tensor h = t.detach().to(device).to(dtype).contiguous();
   if (h.numel() && h.raw_data() == t.raw_data()) h = h.clone();
   return h;
 }
@@ -318,16 +250,16 @@ detail::HostReduce host_reduce(ReduceOp op) {
   return op == ReduceOp::Max ? detail::HostReduce::Max : detail::HostReduce::Sum;
 }
 
-// What the engine reduces for t: t itself when it is already a contiguous host buffer in the
-// wire's dtype (gradient buckets), else a private host copy. 16-bit tensors travel and are
+// What the engine reduces for t: t itself when it is already a contiguous buffer in the wire's
+// dtype on `where` (gradient buckets), else a private copy there. 16-bit tensors travel and are
 // summed as float32, their compute dtype.
-Tensor reduction_buffer(const Tensor& t) {
+Tensor reduction_buffer(const Tensor& t, Device where) {
   const DType wire = compute_dtype(t.dtype());
-  if (t.device() == kCPU && t.is_contiguous() && t.dtype() == wire) return t;
-  return host_copy(t, wire);
+  if (t.device() == where && t.is_contiguous() && t.dtype() == wire) return t;
+  return private_copy(t, wire, where);
 }
 
-// Once the engine has reduced `buffer` (reduction_buffer(t)): t = the result, divided by the
+// Once the engine has reduced `buffer` (from reduction_buffer): t = the result, divided by the
 // world size for Mean.
 void store_result(Tensor& t, const Tensor& buffer, ReduceOp op) {
   NoGradGuard ng;
@@ -374,29 +306,19 @@ bool use_nccl(const char* op, int device) {
   return true;
 }
 
-// all_reduce of a CUDA tensor over NCCL, queued on its device's stream: in place when it is
-// contiguous in the wire's dtype, else through a contiguous float32 (16-bit) or same-dtype copy
-// on the device.
-void nccl_all_reduce(Tensor& t, ReduceOp op) {
-  NoGradGuard ng;
-  const DType wire = compute_dtype(t.dtype());
-  const Tensor buffer =
-      t.is_contiguous() && t.dtype() == wire ? t : t.detach().to(wire).contiguous();
-  state().nccl->all_reduce(buffer.raw_data(), buffer.numel(), wire, host_reduce(op));
-  store_result(t, buffer, op);
-}
-
 // all_reduce and, for CUDA tensors, all_reduce_async: the signature, then the data, blocking
 // (through host memory) or queued on the device (NCCL). The caller holds the collective lock.
 void all_reduce_now(const char* op_name, Kind kind, Tensor& t, ReduceOp op) {
   agree(op_name, kind, t.dtype(), t.numel(), 0, t.device());
   if (t.numel() == 0) return;
-  if (t.device().is_cuda() && use_nccl(op_name, t.device().index)) {
-    nccl_all_reduce(t, op);
-    return;
+  // Over NCCL the buffer stays on the device (a copy there when t is strided or 16-bit).
+  const bool nccl = t.device().is_cuda() && use_nccl(op_name, t.device().index);
+  const Tensor buffer = reduction_buffer(t, nccl ? t.device() : kCPU);
+  if (nccl) {
+    state().nccl->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
+  } else {
+    state().comm->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
   }
-  const Tensor buffer = reduction_buffer(t);
-  state().comm->all_reduce(buffer.raw_data(), buffer.numel(), buffer.dtype(), host_reduce(op));
   store_result(t, buffer, op);
 }
 
@@ -418,14 +340,14 @@ struct detail::PendingReduce {
   enum class Stage : uint8_t { Agreeing, Reducing, Done };
   PendingReduce(Tensor t, ReduceOp op)
       : target(std::move(t)),
-        buffer(reduction_buffer(target)),
+        buffer(reduction_buffer(target, kCPU)),
         op(op),
         signature(kAllReduceAsync, target.dtype(), target.numel(), 0, target.device(),
                   state().comm->is_shared(
                       buffer.raw_data(),
                       buffer.numel() * static_cast<int64_t>(dtype_size(buffer.dtype())))) {}
   Tensor target;  // the caller's
-  Tensor buffer;  // reduction_buffer(target)
+  Tensor buffer;  // reduction_buffer(target, kCPU)
   ReduceOp op;
   Signature signature;
   std::unique_ptr<Request> request;  // the stage's
@@ -581,7 +503,7 @@ void broadcast(Tensor& t, int root) {
     if (buffer.raw_data() != t.raw_data()) t.copy_(buffer);
     return;
   }
-  Tensor h = host_copy(t, t.dtype());
+  Tensor h = private_copy(t, t.dtype());
   state().comm->broadcast(h.raw_data(), bytes, root);
   if (rank() != root) write_back(t, h);
 }
@@ -603,7 +525,7 @@ Tensor all_gather(const Tensor& t) {
     state().nccl->all_gather(mine.raw_data(), out.raw_data(), bytes);
     return out;
   }
-  Tensor h = host_copy(t, t.dtype());
+  Tensor h = private_copy(t, t.dtype());
   Tensor out = empty(shape, TensorOptions(t.dtype()));
   if (bytes) state().comm->all_gather(h.raw_data(), out.raw_data(), bytes);
   return out.to(t.device());
