@@ -34,6 +34,15 @@ void cuda_poison_allocations(bool on);
 bool cuda_sdpa_tensor_cores();
 void set_cuda_sdpa_tensor_cores(bool on);
 
+// Query rows per warp in the tensor-core SDPA's forward and dQ pass: 16 (blocks of 64 query
+// rows) or 32 (blocks of 128, each warp two slices of 16 that share every K and V fragment it
+// reads from shared memory, as FlashAttention-2 splits its work). Head dims above 128 always
+// take 16. Until set, the environment variable TAPEGRAD_CUDA_SDPA_WARP_ROWS ("16" or "32")
+// decides, read on every call, else 16; 32 is for measuring (docs/PERFORMANCE.md) until it
+// has run on a GPU. Anything else is an error.
+int cuda_sdpa_warp_rows();
+void set_cuda_sdpa_warp_rows(int rows);
+
 // How float32 products may run on CUDA devices, with PyTorch's names:
 //  "highest" (the default): float32 arithmetic throughout.
 //  "high": cuBLAS float32 GEMMs may use TF32 (10-bit mantissa products, float32 sums;

@@ -7,7 +7,8 @@
 # test: ctest -L cuda (with MPI, tg::dist's CUDA collectives under mpirun among them); bench:
 # the training step against PyTorch; sdpa: the SDPA benchmark against PyTorch; mma: the
 # tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16 and float16 (the
-# tensor-core kernels, on by default) against PyTorch's FlashAttention-2;
+# tensor-core kernels, on by default) against PyTorch's FlashAttention-2, bfloat16 again with
+# 32 query rows per warp;
 # ragged: packed against padded training and paged against contiguous decoding on the GPU;
 # profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
 # benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
@@ -57,6 +58,9 @@ if [ "$what" = mma ] || [ "$what" = all ]; then
   for p in bf16 fp16; do
     python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
   done
+  # 32 query rows per warp (cuda_sdpa_warp_rows), to compare with the 16 of the runs above.
+  TAPEGRAD_CUDA_SDPA_WARP_ROWS=32 python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 \
+    cuda --precision bf16 || status=1
 fi
 if [ "$what" = ragged ] || [ "$what" = all ]; then
   "$build/bench/bench_packed" 8 7 128 cuda || status=1

@@ -43,6 +43,15 @@ struct Float32Precision {
   Float32Precision& operator=(const Float32Precision&) = delete;
 };
 
+// cuda_sdpa_warp_rows for a scope.
+struct WarpRows {
+  int was = cuda_sdpa_warp_rows();
+  explicit WarpRows(int rows) { set_cuda_sdpa_warp_rows(rows); }
+  ~WarpRows() { set_cuda_sdpa_warp_rows(was); }
+  WarpRows(const WarpRows&) = delete;
+  WarpRows& operator=(const WarpRows&) = delete;
+};
+
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
 // and each product drops lo lo and the two e terms, 3 x 2^-22 of |a b|, so 2^-20. The CPU's
@@ -333,4 +342,45 @@ TEST_CASE("sdpa on the tensor cores: float32 as 3xTF32 under precision \"high\""
   check_close("3xTF32", cpu, split, 4 * unit(kFloat32));
   check_close("float32", cpu, exact, 1e-5);
   CHECK(split.to_vector<float>() != exact.to_vector<float>());
+}
+
+TEST_CASE("sdpa on the tensor cores: 32 rows per warp, against the CPU and bitwise against 16") {
+  // Not yet run on a GPU when written (2026-11-25, session 30): the next session with one runs
+  // it first.
+  TensorCores on(true);
+  {
+    WarpRows rows(32);
+    std::mt19937_64 rng(2030);
+    int two_blocks = 0;
+    for (int n = 0; n < 120; ++n) {
+      const Config c = random_config(rng);
+      const DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
+      Float32Precision high("high");  // float32 on the tensor cores (3xTF32)
+      INFO("config " << n << " (" << dtype_name(dt) << ", 32 rows per warp): " << describe(c));
+      two_blocks += c.Sq > 128;
+      compare_config(c, dt, 11000 + static_cast<uint64_t>(n) * 10, rng);
+    }
+    CHECK(two_blocks > 20);
+  }
+  // Where every tile is interior (no option, whole tiles) and the key tiles keep their width
+  // (head dims up to 64), a row's sums run in the same order whichever warp holds it, so two
+  // slices per warp must give the bits of one: a slice reading or writing another's rows would
+  // not.
+  for (const auto& [d, dt] : {std::pair{int64_t{64}, kBFloat16}, {int64_t{32}, kFloat16}}) {
+    const Tensor q = tgtest::rnd({2, 4, 256, d}, 1).to(dt).to(kCUDA);
+    const Tensor k = tgtest::rnd({2, 2, 192, d}, 2).to(dt).to(kCUDA);
+    const Tensor v = tgtest::rnd({2, 2, 192, d}, 3).to(dt).to(kCUDA);
+    const Tensor dout = tgtest::rnd({2, 4, 256, d}, 4).to(dt).to(kCUDA);
+    auto run = [&](int rows) {
+      WarpRows mode(rows);
+      const SdpaResult r = sdpa_forward(q, k, v, {});
+      const SdpaGrads g = sdpa_backward(q, k, v, r.out, dout, r.stats, {});
+      std::vector<std::vector<float>> all;
+      for (const Tensor& t : {r.out, r.stats, g.dq, g.dk, g.dv})
+        all.push_back(t.to(kFloat32).to(kCPU).to_vector<float>());
+      return all;
+    };
+    INFO("head dim " << d << ", " << dtype_name(dt));
+    CHECK(run(16) == run(32));
+  }
 }

@@ -1,5 +1,6 @@
 // Bad input: every error is a tg::Error whose message starts with "[op]" and names the
 // argument, what was expected and what came.
+#include <cstdlib>
 #include <limits>
 
 #include "test_util.h"
@@ -129,4 +130,22 @@ TEST_CASE("float32 matmul precision: PyTorch's two names, anything else an error
   CHECK(float32_matmul_precision() == "high");  // a refused value changes nothing
   set_float32_matmul_precision("highest");
   CHECK(float32_matmul_precision() == "highest");
+}
+
+TEST_CASE("tensor-core SDPA rows per warp: 16 or 32, anything else an error") {
+  // Until set, the environment decides on every call (the test environment sets nothing).
+  CHECK(cuda_sdpa_warp_rows() == 16);
+  setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "32", 1);
+  CHECK(cuda_sdpa_warp_rows() == 32);
+  setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "24", 1);
+  check_throws_with_prefix([&] { cuda_sdpa_warp_rows(); }, "[cuda_sdpa_warp_rows]",
+                           "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"16\" or \"32\", got \"24\"");
+  unsetenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS");
+  set_cuda_sdpa_warp_rows(32);
+  CHECK(cuda_sdpa_warp_rows() == 32);
+  check_throws_with_prefix([&] { set_cuda_sdpa_warp_rows(64); }, "[set_cuda_sdpa_warp_rows]",
+                           "rows: expected 16 or 32, got 64");
+  CHECK(cuda_sdpa_warp_rows() == 32);  // a refused value changes nothing
+  set_cuda_sdpa_warp_rows(16);
+  CHECK(cuda_sdpa_warp_rows() == 16);
 }

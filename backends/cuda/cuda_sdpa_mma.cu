@@ -49,33 +49,35 @@ __device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequ
                           j0 + keys - 1);
 }
 
-// Three blocks per multiprocessor at head dims up to 64 for the forward and the dQ pass
-// (registers capped at 168): at two (193 and 242 registers) they ran 20% slower (H100:
-// 12.5% occupancy against 18.5%).
-template <int kD>
-constexpr int kBlocksPerSM = kD <= 64 ? 3 : 1;
+// Blocks per multiprocessor for the forward and the dQ pass. With one slice per warp, three at
+// head dims up to 64 (registers capped at 168): at two (193 and 242 registers) they ran 20%
+// slower (H100: 12.5% occupancy against 18.5%). With two slices, two (up to 255 registers).
+template <int kD, int kM>
+constexpr int kBlocksPerSM = kD > 64   ? 1
+                             : kM == 1 ? 3
+                                       : 2;
 
-template <class S, int kD>
-__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
+template <class S, int kD, int kM>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kForwardKeys<kD>, kP = kPitch<S, kD>;
+  constexpr int kN = kForwardKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
-  S* Ks = Qs + kRows * kP;  // two buffers of kN rows
+  S* Ks = Qs + kBlockRows * kP;  // two buffers of kN rows
   S* Vs = Ks + 2 * kN * kP;
   const int warp = threadIdx.x / 32;
-  const int64_t tiles = (a.Sq + kRows - 1) / kRows, blk = blockIdx.x;
-  const int64_t i0 = (blk % tiles) * kRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const int64_t tiles = (a.Sq + kBlockRows - 1) / kBlockRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kBlockRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
   const int64_t hk = h / (a.Hq / a.Hk), kv_end = sq.kv0 + sq.rows_kv;
   const float slope = a.slope_of(h);
   const S* kbase = slice(a.k, a.ks, b, hk);
   const S* vbase = slice(a.v, a.vs, b, hk);
-  load_rows<S, kD, kRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk,
-                          nullptr, vec.q);
+  load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q,
+                               a.Dqk, nullptr, vec.q);
   int64_t lo, hi;
-  key_range(a, sq, i0, kRows, lo, hi);
+  key_range(a, sq, i0, kBlockRows, lo, hi);
   const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`, from key lo + it kN
     const int64_t j0 = lo + it * kN;
     load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, a.kv_rows,
@@ -87,92 +89,121 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
-  const int64_t row_w = i0 + 16 * warp;  // this warp's first row
+  const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
   // exp2f of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
-  float o[kD / 8][4] = {};
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[kM][kD / 8][4] = {};
+  float mr[kM][2], l[kM][2];
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mr[sl][r] = kNegInf;
+      l[sl][r] = 0.0f;
+    }
+  }
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
     next_tile(it, n_tiles, load_kv);
-    float s[kN / 8][4] = {};
-    warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
-    float mx[2] = {kNegInf, kNegInf};
-    if (interior(a, sq, row_w, 16, hi, j0, kN)) {  // the scaled products are the scores
+    float s[kM][kN / 8][4] = {};
+    warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
+    float mx[kM][2];
+    const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+      mx[sl][0] = mx[sl][1] = kNegInf;
+      if (inner) {  // the scaled products are the scores
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[sl][nt][e] *= scale_log2;
+            mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[sl][nt][e] =
+                kLog2e * edge_score(a, b, h, row_w + 16 * sl + frag_row(e), j0 + frag_col(nt, e),
+                                    s[sl][nt][e] * a.scale, slope, sq, hi);
+            mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
+          }
+        }
+      }
+    }
+    float alpha[kM][2], base[kM][2];
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
+        alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2f(mr[sl][r] - m_new);  // 0 while m = -inf
+        base[sl][r] = m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2f(-inf) is 0
+        mr[sl][r] = m_new;
+        l[sl][r] *= alpha[sl][r];
+      }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[nt][e] *= scale_log2;
-          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+          s[sl][nt][e] = exp2f(s[sl][nt][e] - base[sl][e / 2]);
+          l[sl][e / 2] += s[sl][nt][e];
         }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = kLog2e * edge_score(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e),
-                                         s[nt][e] * a.scale, slope, sq, hi);
-          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-        }
-      }
-    }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);  // 0 while m = -inf
-      base[r] = m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2f(-inf) is 0
-      m[r] = m_new;
-      l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
-        l[e / 2] += s[nt][e];
       }
     }
     if (a.dropout_p > 0) {  // after the row sums: the statistics are dropout's input
 #pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
+      for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (s[nt][e] == 0.0f) continue;
-          const bool kept = dropout_keeps(a, b, h, row_w + frag_row(e), j0 + frag_col(nt, e));
-          s[nt][e] = kept ? s[nt][e] * a.keep_scale : 0.0f;
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (s[sl][nt][e] == 0.0f) continue;
+            const bool kept =
+                dropout_keeps(a, b, h, row_w + 16 * sl + frag_row(e), j0 + frag_col(nt, e));
+            s[sl][nt][e] = kept ? s[sl][nt][e] * a.keep_scale : 0.0f;
+          }
         }
       }
     }
-    AFragments<S, kN> pf;
+    AFragments<S, kN> pf[kM];
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf, nt, s[nt]);
+    for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf[sl], nt, s[sl][nt]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e / 2];
+      for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[sl][dt][e] *= alpha[sl][e / 2];
+      }
     }
-    warp_pv<S, kD, kN>(pf, Vs + buf * kN * kP, o);
+    warp_pv<S, kD, kN, kM>(pf, Vs + buf * kN * kP, o);
     __syncthreads();  // every warp is done with this buffer before it is refilled
   }
   mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited
 
-  float inv[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-  }
-  store_rows<S, kD>(a.out, a.outs, b, h, sq.q0, row_w, sq.rows_q, a.Dv, o, inv);
-  if (threadIdx.x % 4 == 0) {
+  for (int sl = 0; sl < kM; ++sl) {
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t i = row_w + frag_row(2 * r);
-      if (i < sq.rows_q) a.stat(b, h, sq.q0 + i) = l[r] > 0 ? m[r] * kLn2 + logf(l[r]) : kNegInf;
+      l[sl][r] = quad_sum(l[sl][r]);
+      inv[r] = l[sl][r] > 0 ? 1.0f / l[sl][r] : 0.0f;
+    }
+    const int64_t row_s = row_w + 16 * sl;
+    store_rows<S, kD>(a.out, a.outs, b, h, sq.q0, row_s, sq.rows_q, a.Dv, o[sl], inv);
+    if (threadIdx.x % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = row_s + frag_row(2 * r);
+        if (i < sq.rows_q)
+          a.stat(b, h, sq.q0 + i) = l[sl][r] > 0 ? mr[sl][r] * kLn2 + logf(l[sl][r]) : kNegInf;
+      }
     }
   }
 }
@@ -182,19 +213,19 @@ __global__ void delta_kernel(Args<float, S> a) {
   delta_row(a, static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, threadIdx.x % 32);
 }
 
-// dQ: the block's 64 query rows against every visible key tile.
-template <class S, int kD>
-__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
+// dQ: the block's kM kRows query rows against every visible key tile.
+template <class S, int kD, int kM>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<S, kD>;
+  constexpr int kN = kDqKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
-  S* dOs = Qs + kRows * kP;
-  S* Ks = dOs + kRows * kP;  // two buffers of kN rows each
+  S* dOs = Qs + kBlockRows * kP;
+  S* Ks = dOs + kBlockRows * kP;  // two buffers of kN rows each
   S* Vs = Ks + 2 * kN * kP;
   const int warp = threadIdx.x / 32;
-  const int64_t tiles = (a.Sq + kRows - 1) / kRows, blk = blockIdx.x;
-  const int64_t i0 = (blk % tiles) * kRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const int64_t tiles = (a.Sq + kBlockRows - 1) / kBlockRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kBlockRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i0 >= sq.rows_q) return;
   const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
@@ -202,12 +233,12 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   const float slope = a.slope_of(h);
   const S* kbase = slice(a.k, a.ks, b, hk);
   const S* vbase = slice(a.v, a.vs, b, hk);
-  load_rows<S, kD, kRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr,
-                          vec.q);
-  load_rows<S, kD, kRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv, nullptr,
-                          vec.dout);
+  load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr,
+                               vec.q);
+  load_rows<S, kD, kBlockRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv,
+                               nullptr, vec.dout);
   int64_t lo, hi;
-  key_range(a, sq, i0, kRows, lo, hi);
+  key_range(a, sq, i0, kBlockRows, lo, hi);
   const auto load_kv = [&](int64_t it, int buf) {
     const int64_t j0 = lo + it * kN;
     load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
@@ -219,62 +250,72 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD>)
   if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
-  const int64_t row_w = i0 + 16 * warp;
-  float lse[2], dl[2];
+  const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
+  float lse[kM][2], dl[kM][2], lse_log2[kM][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = row_w + frag_row(2 * r);
-    lse[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
-    dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+  for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row_w + 16 * sl + frag_row(2 * r);
+      lse[sl][r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
+      dl[sl][r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+      lse_log2[sl][r] = lse[sl][r] * kLog2e;
+    }
   }
-  const float scale_log2 = a.scale * kLog2e, lse_log2[2] = {lse[0] * kLog2e, lse[1] * kLog2e};
-  float dq[kD / 8][4] = {};
+  const float scale_log2 = a.scale * kLog2e;
+  float dq[kM][kD / 8][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
     next_tile(it, n_tiles, load_kv);
-    float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
-    warp_abt<S, kD, kN>(Qs + 16 * warp * kP, Ks + buf * kN * kP, s);
-    warp_abt<S, kD, kN>(dOs + 16 * warp * kP, Vs + buf * kN * kP, dp);
-    AFragments<S, kN> df;
-    const bool inner = interior(a, sq, row_w, 16, hi, j0, kN);
-    if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
+    float s[kM][kN / 8][4] = {}, dp[kM][kN / 8][4] = {};
+    warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
+    warp_abt<S, kD, kN, kM>(dOs + 16 * kM * warp * kP, Vs + buf * kN * kP, dp);
+    AFragments<S, kN> df[kM];
+    const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
 #pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
+    for (int sl = 0; sl < kM; ++sl) {
+      if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
-          s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
-        }
-      }
-    } else {
+        for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = row_w + frag_row(e), j = j0 + frag_col(nt, e);
-          if (inner) {
-            float pd;
-            s[nt][e] = plain_score_grad(a, b, h, i, j, s[nt][e] * a.scale, dp[nt][e], lse[e / 2],
-                                        dl[e / 2], &pd);
-            continue;
+          for (int e = 0; e < 4; ++e) {
+            const float p = exp2f(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
+            s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
           }
-          const bool valid = i < sq.rows_q && j < hi;
-          const ScoreGrad g = edge_score_grad(a, b, h, i, j, valid, s[nt][e] * a.scale, dp[nt][e],
-                                              lse[e / 2], dl[e / 2], slope, sq);
-          s[nt][e] = g.ds;
-          if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t i = row_w + 16 * sl + frag_row(e), j = j0 + frag_col(nt, e);
+            if (inner) {
+              float pd;
+              s[sl][nt][e] = plain_score_grad(a, b, h, i, j, s[sl][nt][e] * a.scale, dp[sl][nt][e],
+                                              lse[sl][e / 2], dl[sl][e / 2], &pd);
+              continue;
+            }
+            const bool valid = i < sq.rows_q && j < hi;
+            const ScoreGrad g =
+                edge_score_grad(a, b, h, i, j, valid, s[sl][nt][e] * a.scale, dp[sl][nt][e],
+                                lse[sl][e / 2], dl[sl][e / 2], slope, sq);
+            s[sl][nt][e] = g.ds;
+            if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
+          }
         }
       }
-    }
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
-    warp_pv<S, kD, kN>(df, Ks + buf * kN * kP, dq);
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df[sl], nt, s[sl][nt]);
+    }
+    warp_pv<S, kD, kN, kM>(df, Ks + buf * kN * kP, dq);
     __syncthreads();
   }
   mma::cp_async_wait<0>();
   const float scale[2] = {a.scale, a.scale};
-  store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl)
+    store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w + 16 * sl, sq.rows_q, a.Dqk, dq[sl], scale);
 }
 
 // Which gradients a dK/dV pass sums: both, or at head dims above 128 one per pass (two
@@ -406,14 +447,24 @@ __global__ void __launch_bounds__(kBlockThreads)
     store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
 }
 
-// Shared memory of each kernel at tile width kD, in bytes.
-template <class S, int kD>
-constexpr size_t smem_forward = (kRows + 4 * kForwardKeys<kD>)*kPitch<S, kD> * sizeof(S);
-template <class S, int kD>
-constexpr size_t smem_dq = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S);
+// Shared memory of each kernel at tile width kD (and kM slices per warp), in bytes.
+template <class S, int kD, int kM>
+constexpr size_t smem_forward = (kM * kRows + 4 * kForwardKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
+template <class S, int kD, int kM>
+constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
 template <class S, int kD>
 constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S) +
                             4 * kBackwardWalk<kD> * sizeof(float);
+
+// Calls f(std::integral_constant<int, kM>) with the forward's and the dQ pass's 16-row slices
+// per warp: two when cuda_sdpa_warp_rows() is 32 and the head dims allow (up to 128), else one.
+template <int kD, class F>
+void with_slices(F&& f) {
+  if constexpr (kD <= 128) {
+    if (cuda_sdpa_warp_rows() == 32) return f(std::integral_constant<int, 2>{});
+  }
+  f(std::integral_constant<int, 1>{});
+}
 
 bool vectorizable(const View& v, int64_t width) {
   const int64_t per_copy = 16 / static_cast<int64_t>(dtype_size(v.dtype));
@@ -461,12 +512,16 @@ bool forward_typed(int device, const SdpaParams& p) {
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    constexpr size_t smem = smem_forward<S, kD>;
-    if (smem > static_cast<size_t>(optin)) return;
-    fits = true;
-    cudaStream_t s = enter(device);
-    const int64_t blocks = a.B * a.Hq * ((a.Sq + kRows - 1) / kRows);
-    if (blocks) launch(forward_kernel<S, kD>, blocks, smem, s, a, vec, "sdpa mma forward kernel");
+    with_slices<kD>([&](auto slices) {
+      constexpr int kM = decltype(slices)::value;
+      constexpr size_t smem = smem_forward<S, kD, kM>;
+      if (smem > static_cast<size_t>(optin)) return;
+      fits = true;
+      cudaStream_t s = enter(device);
+      const int64_t blocks = a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows));
+      if (blocks)
+        launch(forward_kernel<S, kD, kM>, blocks, smem, s, a, vec, "sdpa mma forward kernel");
+    });
   });
   return any && fits;
 }
@@ -480,31 +535,34 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    constexpr size_t smem = std::max(smem_dq<S, kD>, smem_dkv<S, kD>);
-    if (smem > static_cast<size_t>(optin)) return;
-    fits = true;
-    cudaStream_t s = enter(device);
-    const int64_t rows = a.B * a.Hq * a.Sq;
-    Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
-    a.delta = delta.as<float>();
-    if (rows) {
-      delta_kernel<S>
-          <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kBlockThreads, 0, s>>>(a);
-      check_launch("sdpa mma delta kernel");
-      launch(backward_dq_kernel<S, kD>, a.B * a.Hq * ((a.Sq + kRows - 1) / kRows), smem_dq<S, kD>,
-             s, a, vec, "sdpa mma backward dq kernel");
-    }
-    const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
-    if (kv_blocks == 0) return;
-    if constexpr (kD > 128) {
-      launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-             "sdpa mma backward dv kernel");
-      launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-             "sdpa mma backward dk kernel");
-    } else {
-      launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-             "sdpa mma backward dk/dv kernel");
-    }
+    with_slices<kD>([&](auto slices) {
+      constexpr int kM = decltype(slices)::value;
+      constexpr size_t smem = std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
+      if (smem > static_cast<size_t>(optin)) return;
+      fits = true;
+      cudaStream_t s = enter(device);
+      const int64_t rows = a.B * a.Hq * a.Sq;
+      Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
+      a.delta = delta.as<float>();
+      if (rows) {
+        delta_kernel<S>
+            <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kBlockThreads, 0, s>>>(a);
+        check_launch("sdpa mma delta kernel");
+        launch(backward_dq_kernel<S, kD, kM>, a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows)),
+               smem_dq<S, kD, kM>, s, a, vec, "sdpa mma backward dq kernel");
+      }
+      const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
+      if (kv_blocks == 0) return;
+      if constexpr (kD > 128) {
+        launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dv kernel");
+        launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dk kernel");
+      } else {
+        launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dk/dv kernel");
+      }
+    });
   });
   return any && fits;
 }

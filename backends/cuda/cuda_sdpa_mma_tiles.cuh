@@ -18,12 +18,21 @@ namespace tg::cuda::mma_sdpa {
 
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps;  // a block's query rows (forward, dQ) or key rows (dK/dV)
-constexpr int kWalk = 64;           // rows of a walked tile, but for head dims above 128 ...
+constexpr int kRows = 16 * kWarps;  // a block's key rows (dK/dV), or query rows per slice:
+// the forward and the dQ pass give each warp kM slices of 16 query rows, kM = 1 or 2
+// (cuda_sdpa_warp_rows(), head dims up to 128), so a block takes kM kRows query rows.
+constexpr int kWalk = 64;  // rows of a walked tile, but for head dims above 128 ...
 template <int kD>
-constexpr int kForwardKeys = kD > 128 ? 32 : kWalk;  // ... whose forward walks 32 keys
-template <int kD>
-constexpr int kBackwardWalk = kD > 128 ? 32 : kWalk;  // ... and backward 32 query rows
+constexpr int kBackwardWalk = kD > 128 ? 32 : kWalk;  // ... whose backward walks 32 query rows
+// The keys a forward tile walks: 32 above head dim 128, and with two slices above 64 (a
+// thread's scores and sums for two slices of 64 keys and 128 columns would not fit in
+// registers).
+template <int kD, int kM>
+constexpr int kForwardKeys = kD > 128 || (kM == 2 && kD > 64) ? 32 : kWalk;
+// The keys a dQ tile walks: as the backward's walk with one slice, 32 with two (S and dP of
+// two slices).
+template <int kD, int kM>
+constexpr int kDqKeys = kM == 2 ? 32 : kBackwardWalk<kD>;
 // S, the type of q, k, v in shared memory: bfloat16 or float16 (m16n8k16 products), or float
 // (float32 split into TF32 halves, m16n8k8 products: "3xTF32", cuda_mma.cuh).
 template <class S>
@@ -106,19 +115,29 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
   }
 }
 
-// An A fragment as S's products take it: the registers themselves (16-bit), or split into
-// TF32 halves (float), once for every column tile of its k-step.
-template <class S>
-__device__ __forceinline__ decltype(auto) a_operand(const uint32_t (&af)[4]) {
-  if constexpr (kTf32<S>) {
-    return mma::split_fragment(af);
-  } else {
-    return (af);
+// The A fragments of kM row slices as S's products take them: the registers themselves
+// (16-bit), or split into TF32 halves (float), once for every column tile of their k-step.
+template <class S, int kM>
+struct Operands {
+  const uint32_t (&regs)[kM][4];
+  mma::SplitFragment<4> split[kTf32<S> ? kM : 1];
+  __device__ explicit Operands(const uint32_t (&af)[kM][4]) : regs(af) {
+    if constexpr (kTf32<S>) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m) split[m] = mma::split_fragment(af[m]);
+    }
   }
-}
+  __device__ decltype(auto) operator[](int m) const {
+    if constexpr (kTf32<S>) {
+      return (split[m]);
+    } else {
+      return (regs[m]);
+    }
+  }
+};
 
 // d += A B for one 16 x 8 C tile in S's mode: one m16n8k16 product, or three TF32 m16n8k8
-// ones (A from a_operand, B's two registers as loaded).
+// ones (A from Operands, B's two registers as loaded).
 template <class S, class A>
 __device__ __forceinline__ void tile_product(float (&d)[4], const A& a, uint32_t b0, uint32_t b1) {
   if constexpr (kTf32<S>) {
@@ -129,29 +148,41 @@ __device__ __forceinline__ void tile_product(float (&d)[4], const A& a, uint32_t
   }
 }
 
-// acc (16 x kN, as kN / 8 C tiles) += A B^T for a warp: A its 16 rows of kD values (shared,
-// pitch kPitch<S, kD>), B kN rows of kD values. Both operands read by ldmatrix without
-// transpose (float rows as pairs of 16-bit values, mma_layout.h).
-template <class S, int kD, int kN>
-__device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN / 8][4]) {
+// acc[m] (16 x kN, as kN / 8 C tiles) += A_m B^T for a warp's kM slices of 16 rows: A_m its
+// rows 16 m .. 16 m + 15 from A (kD values each, shared, pitch kPitch<S, kD>), B kN rows of kD
+// values. Both operands read by ldmatrix without transpose (float rows as pairs of 16-bit
+// values, mma_layout.h). Each B fragment is read once for all kM slices: with two slices a
+// warp reads half the shared bytes per product that it reads with one (FlashAttention-2's
+// 32 rows per warp).
+template <class S, int kD, int kN, int kM>
+__device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kM][kN / 8][4]) {
   constexpr int kP = kPitch<S, kD>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kD / kStep<S>; ++kk) {
-    uint32_t af[4];
+    uint32_t af[kM][4];
     const mma::RowCol at = kTf32<S> ? mma::a_address_tf32(lane, kk) : mma::a_address(lane, kk);
-    mma::ldmatrix_x4(af, A + at.row * kP + at.col);
-    const auto& a = a_operand<S>(af);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) mma::ldmatrix_x4(af[m], A + (16 * m + at.row) * kP + at.col);
+    const Operands<S, kM> a(af);
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t bf[4];  // b0, b1 of column tile 2 np, then of 2 np + 1
       const mma::RowCol bt =
           kTf32<S> ? mma::bt_address_tf32(lane, np, kk) : mma::bt_address(lane, np, kk);
       mma::ldmatrix_x4(bf, B + bt.row * kP + bt.col);
-      tile_product<S>(acc[2 * np], a, bf[0], bf[1]);
-      tile_product<S>(acc[2 * np + 1], a, bf[2], bf[3]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        tile_product<S>(acc[m][2 * np], a[m], bf[0], bf[1]);
+        tile_product<S>(acc[m][2 * np + 1], a[m], bf[2], bf[3]);
+      }
     }
   }
+}
+// One slice of 16 rows.
+template <class S, int kD, int kN>
+__device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN / 8][4]) {
+  warp_abt<S, kD, kN, 1>(A, B, reinterpret_cast<float(&)[1][kN / 8][4]>(acc));
 }
 
 // The A fragments of a product whose A is a warp's 16 x kN accumulator: k-step kk covers
@@ -159,33 +190,53 @@ __device__ __forceinline__ void warp_abt(const S* A, const S* B, float (&acc)[kN
 template <class S, int kN>
 using AFragments = uint32_t[kN / kStep<S>][4];
 
-// acc (16 x kD, as kD / 8 C tiles) += P M for a warp: P its 16 x kN values as A fragments, M
-// kN rows of kD values in shared memory, read transposed by ldmatrix (16-bit), or value by
-// value in the k order the float fragments carry (mma_layout.h, pv_b_row_tf32).
-template <class S, int kD, int kN>
-__device__ __forceinline__ void warp_pv(const AFragments<S, kN>& p, const S* M,
-                                        float (&acc)[kD / 8][4]) {
+// acc[m] (16 x kD, as kD / 8 C tiles) += P_m M for a warp's kM slices: P_m its 16 x kN values
+// as A fragments, M kN rows of kD values in shared memory, read transposed by ldmatrix
+// (16-bit), or value by value in the k order the float fragments carry (mma_layout.h,
+// pv_b_row_tf32), once for all slices.
+template <class S, int kD, int kN, int kM>
+__device__ __forceinline__ void warp_pv(const AFragments<S, kN> (&p)[kM], const S* M,
+                                        float (&acc)[kM][kD / 8][4]) {
   constexpr int kP = kPitch<S, kD>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kN / kStep<S>; ++kk) {
-    const auto& a = a_operand<S>(p[kk]);
+    uint32_t pk[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pk[m][r] = p[m][kk][r];
+    }
+    const Operands<S, kM> a(pk);
     if constexpr (kTf32<S>) {
       const S* m0 = M + mma::pv_b_row_tf32(lane, kk, 0) * kP + lane / 4;
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt)
-        tile_product<S>(acc[dt], a, __float_as_uint(m0[dt * 8]), __float_as_uint(m0[kP + dt * 8]));
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const uint32_t b0 = __float_as_uint(m0[dt * 8]), b1 = __float_as_uint(m0[kP + dt * 8]);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) tile_product<S>(acc[m][dt], a[m], b0, b1);
+      }
     } else {
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         uint32_t bf[4];  // b0, b1 of column tile 2 dp, then of 2 dp + 1
         const mma::RowCol bm = mma::b_address(lane, kk, dp);
         mma::ldmatrix_x4_trans(bf, M + bm.row * kP + bm.col);
-        tile_product<S>(acc[2 * dp], a, bf[0], bf[1]);
-        tile_product<S>(acc[2 * dp + 1], a, bf[2], bf[3]);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          tile_product<S>(acc[m][2 * dp], a[m], bf[0], bf[1]);
+          tile_product<S>(acc[m][2 * dp + 1], a[m], bf[2], bf[3]);
+        }
       }
     }
   }
+}
+// One slice of 16 rows.
+template <class S, int kD, int kN>
+__device__ __forceinline__ void warp_pv(const AFragments<S, kN>& p, const S* M,
+                                        float (&acc)[kD / 8][4]) {
+  warp_pv<S, kD, kN, 1>(reinterpret_cast<const AFragments<S, kN>(&)[1]>(p), M,
+                        reinterpret_cast<float(&)[1][kD / 8][4]>(acc));
 }
 
 // C tile nt's four values into the A fragments of the next product: rounded to 16 bits (C

@@ -1,0 +1,33 @@
+// tg::cuda_sdpa_warp_rows (cuda_api.h): one process-wide setting, in every build (a build
+// without CUDA keeps and checks it, and nothing reads it).
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "backends/cuda_api.h"
+#include "core/error.h"
+
+namespace tg {
+namespace {
+std::atomic<int> g_rows{0};  // 0: not set, so the environment's (read on every call) or 16
+}  // namespace
+
+int cuda_sdpa_warp_rows() {
+  const int rows = g_rows.load();
+  if (rows != 0) return rows;
+  const char* env = std::getenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS");
+  if (!env || !*env) return 16;
+  const std::string s = env;
+  if (s != "16" && s != "32")
+    fail("cuda_sdpa_warp_rows", "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"16\" or \"32\", got \"",
+         s, "\"");
+  return s == "32" ? 32 : 16;
+}
+
+void set_cuda_sdpa_warp_rows(int rows) {
+  if (rows != 16 && rows != 32)
+    fail("set_cuda_sdpa_warp_rows", "rows: expected 16 or 32, got ", rows);
+  g_rows.store(rows);
+}
+
+}  // namespace tg
