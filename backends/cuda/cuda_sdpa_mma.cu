@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 
   const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
-  // exp2f of a difference; a row's maximum m is -inf until it sees a key.
+  // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
   float o[kM][kD / 8][4] = {};
   float mr[kM][2], l[kM][2];
@@ -142,8 +142,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
-        alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2f(mr[sl][r] - m_new);  // 0 while m = -inf
-        base[sl][r] = m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2f(-inf) is 0
+        alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
+        base[sl][r] =
+            m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2_ftz(-inf) is 0
         mr[sl][r] = m_new;
         l[sl][r] *= alpha[sl][r];
       }
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[sl][nt][e] = exp2f(s[sl][nt][e] - base[sl][e / 2]);
+          s[sl][nt][e] = exp2_ftz(s[sl][nt][e] - base[sl][e / 2]);
           l[sl][e / 2] += s[sl][nt][e];
         }
       }
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = exp2f(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
+            const float p = exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
             s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
           }
         }
@@ -399,7 +400,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
+          const float p = exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
           dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
           st[nt][e] = p;
         }
