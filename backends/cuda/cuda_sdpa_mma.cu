@@ -110,19 +110,20 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     float s[kM][kN / 8][4] = {};
     warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
     float mx[kM][2];
-    const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
+    // Interior tiles with a positive scale keep the raw products: their largest is the largest
+    // score, and each probability is one fused multiply-add and an exp2 from the product.
+    const bool inner = a.scale > 0 && interior(a, sq, row_w, 16 * kM, hi, j0, kN);
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
       mx[sl][0] = mx[sl][1] = kNegInf;
-      if (inner) {  // the scaled products are the scores
+      if (inner) {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[sl][nt][e] *= scale_log2;
-            mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
-          }
+          for (int e = 0; e < 4; ++e) mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
         }
+        mx[sl][0] *= scale_log2;
+        mx[sl][1] *= scale_log2;
       } else {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
@@ -143,17 +144,28 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
       for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
         alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
-        base[sl][r] =
-            m_new == kNegInf ? 0.0f : m_new;  // so that a hidden key's exp2_ftz(-inf) is 0
+        // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
+        base[sl][r] = m_new == kNegInf ? 0.0f : m_new;
         mr[sl][r] = m_new;
         l[sl][r] *= alpha[sl][r];
       }
+      if (inner) {
 #pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
+        for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[sl][nt][e] = exp2_ftz(s[sl][nt][e] - base[sl][e / 2]);
-          l[sl][e / 2] += s[sl][nt][e];
+          for (int e = 0; e < 4; ++e) {
+            s[sl][nt][e] = exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -base[sl][e / 2]));
+            l[sl][e / 2] += s[sl][nt][e];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[sl][nt][e] = exp2_ftz(s[sl][nt][e] - base[sl][e / 2]);
+            l[sl][e / 2] += s[sl][nt][e];
+          }
         }
       }
     }
