@@ -369,21 +369,32 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
   const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
   const int64_t n_tiles = G * per_head;
-  // Tile `it` is query tile it % per_head of head hk G + it / per_head.
-  const auto load_q = [&](int64_t it, int buf) {
-    const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
+  // The walk: the query tiles of head hk G in order, then of hk G + 1, ...; each tile's
+  // successor by an addition (dividing the tile's index by per_head took a 64-bit division
+  // routine twice per tile).
+  struct QueryTile {
+    int64_t h, i0;  // head, first row
+  };
+  const int64_t i_end = i_lo + per_head * kN;
+  const auto after = [&](QueryTile t) {
+    return t.i0 + kN < i_end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, i_lo};
+  };
+  const auto load_q = [&](QueryTile t, int buf) {
+    const int64_t h = t.h, i0 = t.i0;
     load_rows<S, kD, kN>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk,
                          nullptr, vec.q);
     load_rows<S, kD, kN>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end,
                          a.Dv, nullptr, vec.dout);
     const int64_t row_base = (b * a.Hq + h) * a.Sq;
-    for (int r = threadIdx.x; r < kN; r += kBlockThreads) {
+    static_assert(kN <= kBlockThreads);
+    if (const int r = threadIdx.x; r < kN) {  // one row each
       const bool in = i0 + r < sq.rows_q;
       lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;  // log2 units
       dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
     }
   };
-  if (n_tiles > 0) load_q(0, 0);
+  QueryTile cur{hk * G, i_lo};
+  if (n_tiles > 0) load_q(cur, 0);
   mma::cp_async_commit();
 
   const int64_t key_w = j0 + 16 * warp;  // this warp's first key
@@ -391,9 +402,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   float dk[kWantK ? kD / 8 : 1][4] = {}, dv[kWantV ? kD / 8 : 1][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
-    const int64_t h = hk * G + it / per_head, i0 = i_lo + (it % per_head) * kN;
+    const int64_t h = cur.h, i0 = cur.i0;
+    const QueryTile next = after(cur);
     const float slope = a.slope_of(h);
-    next_tile(it, n_tiles, load_q);
+    next_tile(it, n_tiles, [&](int64_t, int next_buf) { load_q(next, next_buf); });
     const S* Qb = Qs + buf * kN * kP;
     const S* dOb = dOs + buf * kN * kP;
     float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
@@ -451,6 +463,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       warp_pv<S, kD, kN>(df, Qb, dk);
     }
     __syncthreads();
+    cur = next;
   }
   mma::cp_async_wait<0>();
   const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
