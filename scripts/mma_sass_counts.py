@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Instructions per key (or query) tile of the tensor-core SDPA kernels' interior path, from
+their SASS, without a GPU: the static check docs/PERFORMANCE.md's "instructions per HMMA" come
+from. The kernels' source (backends/cuda/cuda_sdpa_mma.cu) is copied and specialised first:
+every tile interior, no dropout, 16-byte copies only, so that each kernel's main loop holds
+just the path an interior tile takes, and its instructions are what one tile executes.
+
+  python3 scripts/mma_sass_counts.py [git revision]   (default: the working tree)
+
+Needs nvcc (sm_90) and cuobjdump: the toolkit's, or the nvidia-cuda-cuobjdump wheel
+(`pip download --no-deps nvidia-cuda-cuobjdump`, unzip, put its nvidia/cu13/bin on PATH).
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+
+
+def specialise(tree):
+    """Rewrites the copied kernels so that only the interior path is left."""
+    cu = os.path.join(tree, "backends/cuda/cuda_sdpa_mma.cu")
+    s = open(cu).read()
+    a, b = s.index("forward_kernel(const __grid_constant__"), s.index("// Shared memory of each")
+    body = re.sub(r"interior\(a, sq, [^;]*?\)(?=[;)&])", "true", s[a:b])
+    body = body.replace("a.scale > 0 && true", "true").replace("!(a.dropout_p > 0)", "true")
+    body = body.replace("a.dropout_p > 0", "false")
+    open(cu, "w").write(s[:a] + body + s[b:])
+    tiles = os.path.join(tree, "backends/cuda/cuda_sdpa_mma_tiles.cuh")
+    t = open(tiles).read().replace("\n  if (vec) {", "\n  if (true) {")
+    open(tiles, "w").write(t.replace("\n    if (at)\n", "\n    if (false)\n"))
+
+
+def kernels(sass):
+    """Kernel name -> [(address, opcode, instruction)]."""
+    out = {}
+    for part in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = subprocess.run(["c++filt"], input=part.split("\n", 1)[0].strip(),
+                              capture_output=True, text=True).stdout.strip()
+        name = re.sub(r"\(anonymous namespace\)::|^void tg::cuda::", "", name)
+        name = re.sub(r"\(tg::cuda::Args.*", "", name).replace("(tg::cuda::DkvPart)", "part ")
+        ins = []
+        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", part):
+            text = re.sub(r"^@!?U?P\w+\s+", "", m.group(2).strip())
+            ins.append((int(m.group(1), 16), text.split()[0].split(".")[0], text))
+        out[name] = ins
+    return out
+
+
+def main_loop(ins):
+    """The widest backward branch's range that holds tensor-core products."""
+    best = None
+    for addr, op, text in ins:
+        m = re.search(r"0x([0-9a-f]+)", text) if op == "BRA" else None
+        if m and int(m.group(1), 16) < addr:
+            lo = int(m.group(1), 16)
+            if any(lo <= a <= addr and o == "HMMA" for a, o, _ in ins):
+                if best is None or addr - lo > best[1] - best[0]:
+                    best = (lo, addr)
+    return collections.Counter(o for a, o, _ in ins if best and best[0] <= a <= best[1])
+
+
+def main():
+    rev = sys.argv[1] if len(sys.argv) > 1 else None
+    with tempfile.TemporaryDirectory() as tree:
+        if rev:
+            arch = subprocess.run(["git", "-C", ROOT, "archive", rev, "backends", "core"],
+                                  check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tree], input=arch, check=True)
+        else:
+            for d in ("backends", "core"):
+                subprocess.run(["cp", "-r", os.path.join(ROOT, d), tree], check=True)
+        specialise(tree)
+        cubin = os.path.join(tree, "k.cubin")
+        subprocess.run([NVCC, "-I" + tree, "-I/usr/local/cuda/include", "-O3", "-DNDEBUG",
+                        "-arch=sm_90", "--expt-relaxed-constexpr", "-std=c++17", "-cubin", "-x",
+                        "cu", os.path.join(tree, "backends/cuda/cuda_sdpa_mma.cu"), "-o", cubin],
+                       check=True)
+        sass = subprocess.run(["cuobjdump", "-sass", cubin], check=True, capture_output=True,
+                              text=True).stdout
+    print(f"{'kernel (interior path, one tile)':58} {'instr':>6} {'HMMA':>5} {'LDSM':>5} "
+          f"{'MUFU':>5} {'per HMMA':>8}")
+    for name, ins in sorted(kernels(sass).items()):
+        if "bfloat16" not in name or "delta" in name:
+            continue
+        h = main_loop(ins)
+        n = sum(h.values())
+        if h["HMMA"]:
+            print(f"{name:58} {n:6} {h['HMMA']:5} {h['LDSM']:5} {h['MUFU']:5} "
+                  f"{n / h['HMMA']:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
