@@ -6,7 +6,9 @@
 // each product split into three TF32 ones (m16n8k8, "3xTF32", about float32's accuracy).
 //
 // A block is four warps. Forward and the backward's dQ pass: the block takes 64 query rows,
-// each warp 16 of them, and walks the visible key tiles; no softmax reduction crosses warps.
+// each warp 16 of them (or 128 and 32 under cuda_sdpa_warp_rows() == 32: two slices of 16 per
+// warp sharing each K/V fragment), and walks the visible key tiles; no softmax reduction
+// crosses warps.
 // The dK/dV pass: the block takes 64 key rows, each warp 16, and walks the query tiles of
 // every query head of its group in order, so dK and dV are summed without atomics and the
 // backward is deterministic (dQ has its own pass: S and dP are recomputed there; above head
