@@ -25,14 +25,17 @@ using namespace cudatest;
 
 namespace {
 
-// The tensor-core kernels on (or off) for a scope.
-struct TensorCores {
-  bool was = cuda_sdpa_tensor_cores();
-  explicit TensorCores(bool on) { set_cuda_sdpa_tensor_cores(on); }
-  ~TensorCores() { set_cuda_sdpa_tensor_cores(was); }
-  TensorCores(const TensorCores&) = delete;
-  TensorCores& operator=(const TensorCores&) = delete;
+// A setting (kGet / kSet) changed for a scope and restored after it.
+template <class T, T (*kGet)(), void (*kSet)(T)>
+struct Scoped {
+  T was = kGet();
+  explicit Scoped(T value) { kSet(value); }
+  ~Scoped() { kSet(was); }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
 };
+using TensorCores = Scoped<bool, cuda_sdpa_tensor_cores, set_cuda_sdpa_tensor_cores>;
+using WarpRows = Scoped<int, cuda_sdpa_warp_rows, set_cuda_sdpa_warp_rows>;
 
 // set_float32_matmul_precision for a scope.
 struct Float32Precision {
@@ -41,15 +44,6 @@ struct Float32Precision {
   ~Float32Precision() { set_float32_matmul_precision(was); }
   Float32Precision(const Float32Precision&) = delete;
   Float32Precision& operator=(const Float32Precision&) = delete;
-};
-
-// cuda_sdpa_warp_rows for a scope.
-struct WarpRows {
-  int was = cuda_sdpa_warp_rows();
-  explicit WarpRows(int rows) { set_cuda_sdpa_warp_rows(rows); }
-  ~WarpRows() { set_cuda_sdpa_warp_rows(was); }
-  WarpRows(const WarpRows&) = delete;
-  WarpRows& operator=(const WarpRows&) = delete;
 };
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
