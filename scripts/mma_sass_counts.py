@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Instructions per key (or query) tile of the tensor-core SDPA kernels' interior path, from
 their SASS, without a GPU: the static check docs/PERFORMANCE.md's "instructions per HMMA" come
-from. The kernels' source (backends/cuda/cuda_sdpa_mma.cu) is copied and specialised first:
-every tile interior, no dropout, 16-byte copies only, so that each kernel's main loop holds
-just the path an interior tile takes, and its instructions are what one tile executes.
+from. The kernels' source (backends/cuda/cuda_sdpa_mma_forward.cu and _backward.cu) is copied
+and specialised first: every tile interior, no dropout, 16-byte copies only, so that each
+kernel's main loop holds just the path an interior tile takes, and its instructions are what
+one tile executes.
 
-  python3 scripts/mma_sass_counts.py [git revision]   (default: the working tree)
+  python3 scripts/mma_sass_counts.py [git revision]   (default: the working tree; a revision
+  from the split of cuda_sdpa_mma.cu into those files on)
 
 Needs nvcc (sm_90) and cuobjdump: the toolkit's, or the nvidia-cuda-cuobjdump wheel
 (`pip download --no-deps nvidia-cuda-cuobjdump`, unzip, put its nvidia/cu13/bin on PATH).
@@ -21,15 +23,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
 
 
+KERNEL_FILES = ("cuda_sdpa_mma_forward.cu", "cuda_sdpa_mma_backward.cu")
+
+
 def specialise(tree):
     """Rewrites the copied kernels so that only the interior path is left."""
-    cu = os.path.join(tree, "backends/cuda/cuda_sdpa_mma.cu")
-    s = open(cu).read()
-    a, b = s.index("forward_kernel(const __grid_constant__"), s.index("// Shared memory of each")
-    body = re.sub(r"interior\(a, sq, [^;]*?\)(?=[;)&])", "true", s[a:b])
-    body = body.replace("a.scale > 0 && true", "true").replace("!(a.dropout_p > 0)", "true")
-    body = body.replace("a.dropout_p > 0", "false")
-    open(cu, "w").write(s[:a] + body + s[b:])
+    for name in KERNEL_FILES:
+        cu = os.path.join(tree, "backends/cuda", name)
+        s = re.sub(r"interior\(a, sq, [^;]*?\)(?=[;)&])", "true", open(cu).read())
+        s = s.replace("a.scale > 0 && true", "true").replace("!(a.dropout_p > 0)", "true")
+        open(cu, "w").write(s.replace("a.dropout_p > 0", "false"))
     tiles = os.path.join(tree, "backends/cuda/cuda_sdpa_mma_tiles.cuh")
     t = open(tiles).read().replace("\n  if (vec) {", "\n  if (true) {")
     open(tiles, "w").write(t.replace("\n    if (at)\n", "\n    if (false)\n"))
@@ -41,8 +44,9 @@ def kernels(sass):
     for part in re.split(r"\n\s*Function : ", sass)[1:]:
         name = subprocess.run(["c++filt"], input=part.split("\n", 1)[0].strip(),
                               capture_output=True, text=True).stdout.strip()
-        name = re.sub(r"\(anonymous namespace\)::|^void tg::cuda::", "", name)
-        name = re.sub(r"\(tg::cuda::Args.*", "", name).replace("(tg::cuda::DkvPart)", "part ")
+        name = re.sub(r"\(anonymous namespace\)::|^void tg::cuda::(mma_sdpa::)?", "", name)
+        name = re.sub(r"\(tg::cuda::Args.*", "", name)
+        name = re.sub(r"\(tg::cuda::(mma_sdpa::)?DkvPart\)", "part ", name)
         ins = []
         for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", part):
             text = re.sub(r"^@!?U?P\w+\s+", "", m.group(2).strip())
@@ -75,13 +79,15 @@ def main():
             for d in ("backends", "core"):
                 subprocess.run(["cp", "-r", os.path.join(ROOT, d), tree], check=True)
         specialise(tree)
-        cubin = os.path.join(tree, "k.cubin")
-        subprocess.run([NVCC, "-I" + tree, "-I/usr/local/cuda/include", "-O3", "-DNDEBUG",
-                        "-arch=sm_90", "--expt-relaxed-constexpr", "-std=c++17", "-cubin", "-x",
-                        "cu", os.path.join(tree, "backends/cuda/cuda_sdpa_mma.cu"), "-o", cubin],
-                       check=True)
-        sass = subprocess.run(["cuobjdump", "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
+        sass = ""
+        for name in KERNEL_FILES:
+            cubin = os.path.join(tree, name + ".cubin")
+            subprocess.run([NVCC, "-I" + tree, "-I/usr/local/cuda/include", "-O3", "-DNDEBUG",
+                            "-arch=sm_90", "--expt-relaxed-constexpr", "-std=c++17", "-cubin",
+                            "-x", "cu", os.path.join(tree, "backends/cuda", name), "-o", cubin],
+                           check=True)
+            sass += subprocess.run(["cuobjdump", "-sass", cubin], check=True,
+                                   capture_output=True, text=True).stdout
     print(f"{'kernel (interior path, one tile)':58} {'instr':>6} {'HMMA':>5} {'LDSM':>5} "
           f"{'MUFU':>5} {'per HMMA':>8}")
     for name, ins in sorted(kernels(sass).items()):

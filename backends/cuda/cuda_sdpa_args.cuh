@@ -1,5 +1,5 @@
 // What the CUDA SDPA kernels (the simple ones of cuda_sdpa.cu, the tiled ones of
-// cuda_sdpa_flash.cu, the tensor-core ones of cuda_sdpa_mma.cu) share: their argument block, a
+// cuda_sdpa_flash.cu, the tensor-core ones of cuda_sdpa_mma*.cu) share: their argument block, a
 // plain struct passed by value with the per-element masking rules of sdpa_params.h, the key
 // range of a query tile, a score's gradient, the delta pass, the head-dim dispatch, and small
 // warp helpers.

@@ -1,7 +1,8 @@
-// The warp-level pieces the tensor-core SDPA kernels (cuda_sdpa_mma.cu) are built from: the
-// block and tile shapes, the rows' copy into shared memory (cp.async or element loads), the two
-// tile products of a warp (A B^T and P M) on mma.sync, the accumulator's rows and columns, the
-// rows' store, and the double-buffered copy pipeline's step. Included by that one file.
+// The warp-level pieces the tensor-core SDPA kernels (cuda_sdpa_mma_forward.cu,
+// cuda_sdpa_mma_backward.cu) are built from: the block and tile shapes, which tiles are
+// interior, the rows' copy into shared memory (cp.async or element loads), the two tile products
+// of a warp (A B^T and P M) on mma.sync, the accumulator's rows and columns, the rows' store,
+// and the double-buffered copy pipeline's step.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -295,7 +296,7 @@ __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b,
   }
 }
 
-// The per-element rules. Interior tiles (interior() in cuda_sdpa_mma.cu) need none of them
+// The per-element rules. Interior tiles (interior() below) need none of them
 // but dropout; the rest run out of line on purpose: inlined at each of a tile's unrolled
 // elements, the rules and Philox's rounds made the kernels 13 to 23 thousand instructions
 // long, and warps spent half their stalls waiting for instruction fetch (Nsight Compute,
@@ -347,6 +348,25 @@ __device__ __forceinline__ float plain_score_grad(const Args<float, S>& a, int64
   }
   return p * (dp - delta);
 }
+
+// Whether rows [row0, row0 + rows) and keys [j0, j0 + keys) of sequence sq are all real (not
+// padding, keys below the visible range's end `hi`) and all visible to one another under
+// options that are plain(): a tile whose scores are its scaled dot products, no rule applied.
+template <class S>
+__device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequence& sq,
+                                         int64_t row0, int rows, int64_t hi, int64_t j0, int keys) {
+  return a.plain() && row0 + rows <= sq.len_q && j0 + keys <= hi &&
+         sdpa_all_visible(a.causal, a.window, row0 + sq.shift, row0 + rows - 1 + sq.shift, j0,
+                          j0 + keys - 1);
+}
+
+// Blocks per multiprocessor for the forward and the dQ pass. With one slice per warp, three at
+// head dims up to 64 (registers capped at 168): at two (193 and 242 registers) they ran 20%
+// slower (H100: 12.5% occupancy against 18.5%). With two slices, two (up to 255 registers).
+template <int kD, int kM>
+constexpr int kBlocksPerSM = kD > 64   ? 1
+                             : kM == 1 ? 3
+                                       : 2;
 
 // The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
 // buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.

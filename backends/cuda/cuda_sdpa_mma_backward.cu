@@ -1,0 +1,318 @@
+// The tensor-core SDPA's backward kernels (D = rowsum(dO * O), the dQ pass, the dK/dV pass)
+// and their launch (overview in cuda_sdpa_mma.cu).
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/cuda_sdpa_mma_launch.cuh"
+
+namespace tg::cuda::mma_sdpa {
+namespace {
+
+template <class S>
+__global__ void delta_kernel(Args<float, S> a) {
+  delta_row(a, static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, threadIdx.x % 32);
+}
+
+// dQ: the block's kM kRows query rows against every visible key tile.
+template <class S, int kD, int kM>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
+    backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kDqKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);
+  S* dOs = Qs + kBlockRows * kP;
+  S* Ks = dOs + kBlockRows * kP;  // two buffers of kN rows each
+  S* Vs = Ks + 2 * kN * kP;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Sq + kBlockRows - 1) / kBlockRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kBlockRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;
+  const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's and the score gradient's rows
+  const float slope = a.slope_of(h);
+  const S* kbase = slice(a.k, a.ks, b, hk);
+  const S* vbase = slice(a.v, a.vs, b, hk);
+  load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr,
+                               vec.q);
+  load_rows<S, kD, kBlockRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv,
+                               nullptr, vec.dout);
+  int64_t lo, hi;
+  key_range(a, sq, i0, kBlockRows, lo, hi);
+  const auto load_kv = [&](int64_t it, int buf) {
+    const int64_t j0 = lo + it * kN;
+    load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
+                         vec.k);
+    load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
+                         vec.v);
+  };
+  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
+  if (n_tiles > 0) load_kv(0, 0);
+  mma::cp_async_commit();
+
+  const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
+  float lse[kM][2], dl[kM][2], lse_log2[kM][2];
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row_w + 16 * sl + frag_row(2 * r);
+      lse[sl][r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
+      dl[sl][r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+      lse_log2[sl][r] = lse[sl][r] * kLog2e;
+    }
+  }
+  const float scale_log2 = a.scale * kLog2e;
+  float dq[kM][kD / 8][4] = {};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t j0 = lo + it * kN;
+    next_tile(it, n_tiles, load_kv);
+    float s[kM][kN / 8][4] = {}, dp[kM][kN / 8][4] = {};
+    warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
+    warp_abt<S, kD, kN, kM>(dOs + 16 * kM * warp * kP, Vs + buf * kN * kP, dp);
+    AFragments<S, kN> df[kM];
+    const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+      if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float p = exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
+            s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t i = row_w + 16 * sl + frag_row(e), j = j0 + frag_col(nt, e);
+            if (inner) {
+              float pd;
+              s[sl][nt][e] = plain_score_grad(a, b, h, i, j, s[sl][nt][e] * a.scale, dp[sl][nt][e],
+                                              lse[sl][e / 2], dl[sl][e / 2], &pd);
+              continue;
+            }
+            const bool valid = i < sq.rows_q && j < hi;
+            const ScoreGrad g =
+                edge_score_grad(a, b, h, i, j, valid, s[sl][nt][e] * a.scale, dp[sl][nt][e],
+                                lse[sl][e / 2], dl[sl][e / 2], slope, sq);
+            s[sl][nt][e] = g.ds;
+            if (a.dscores && valid) a.dscores[(row_base + i) * a.Skv + j] = g.raw;
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df[sl], nt, s[sl][nt]);
+    }
+    warp_pv<S, kD, kN, kM>(df, Ks + buf * kN * kP, dq);
+    __syncthreads();
+  }
+  mma::cp_async_wait<0>();
+  const float scale[2] = {a.scale, a.scale};
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl)
+    store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w + 16 * sl, sq.rows_q, a.Dqk, dq[sl], scale);
+}
+
+// Which gradients a dK/dV pass sums: both, or at head dims above 128 one per pass (two
+// accumulators of 256 columns per thread do not fit in registers).
+enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
+
+// dK and dV: the block's 64 key rows against every query tile of every query head of the
+// group that sees one of them, in order.
+// Uncapped (about 250 registers at D 64, two blocks per SM): capped at three blocks it
+// spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
+template <class S, int kD, DkvPart kPart>
+__global__ void __launch_bounds__(kBlockThreads)
+    backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<S, kD>;
+  constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Ks = reinterpret_cast<S*>(smem);
+  S* Vs = Ks + kRows * kP;
+  S* Qs = Vs + kRows * kP;  // two buffers of kN rows each
+  S* dOs = Qs + 2 * kN * kP;
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN (log2 units)
+  float* dl_s = lse_s + 2 * kN;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Skv + kRows - 1) / kRows, blk = blockIdx.x;
+  const int64_t j0 = (blk % tiles) * kRows, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
+  const SdpaSequence sq = a.seq(b);
+  if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
+  const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  load_rows<S, kD, kRows>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
+                          vec.k);
+  if constexpr (kWantK)  // V is read only for dP, which only dK needs
+    load_rows<S, kD, kRows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
+                            vec.v);
+  // Query rows that can see some key of [j0, j_last].
+  const int64_t j_last = min(j0 + kRows, sq.rows_kv) - 1;
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
+  const int64_t i_lo = rows.lo, i_hi = rows.hi;
+  const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
+  const int64_t n_tiles = G * per_head;
+  // The walk: the query tiles of head hk G in order, then of hk G + 1, ...; each tile's
+  // successor by an addition (dividing the tile's index by per_head took a 64-bit division
+  // routine twice per tile).
+  struct QueryTile {
+    int64_t h, i0;  // head, first row
+  };
+  const int64_t i_end = i_lo + per_head * kN;
+  const auto after = [&](QueryTile t) {
+    return t.i0 + kN < i_end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, i_lo};
+  };
+  const auto load_q = [&](QueryTile t, int buf) {
+    const int64_t h = t.h, i0 = t.i0;
+    load_rows<S, kD, kN>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk,
+                         nullptr, vec.q);
+    load_rows<S, kD, kN>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end,
+                         a.Dv, nullptr, vec.dout);
+    const int64_t row_base = (b * a.Hq + h) * a.Sq;
+    static_assert(kN <= kBlockThreads);
+    if (const int r = threadIdx.x; r < kN) {  // one row each
+      const bool in = i0 + r < sq.rows_q;
+      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;  // log2 units
+      dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
+    }
+  };
+  QueryTile cur{hk * G, i_lo};
+  if (n_tiles > 0) load_q(cur, 0);
+  mma::cp_async_commit();
+
+  const int64_t key_w = j0 + 16 * warp;  // this warp's first key
+  const float scale_log2 = a.scale * kLog2e;
+  float dk[kWantK ? kD / 8 : 1][4] = {}, dv[kWantV ? kD / 8 : 1][4] = {};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t h = cur.h, i0 = cur.i0;
+    const QueryTile next = after(cur);
+    const float slope = a.slope_of(h);
+    next_tile(it, n_tiles, [&](int64_t, int next_buf) { load_q(next, next_buf); });
+    const S* Qb = Qs + buf * kN * kP;
+    const S* dOb = dOs + buf * kN * kP;
+    float st[kN / 8][4] = {}, dpt[kN / 8][4] = {};  // S^T and dP^T: keys x queries
+    warp_abt<S, kD, kN>(Ks + 16 * warp * kP, Qb, st);
+    if constexpr (kWantK) warp_abt<S, kD, kN>(Vs + 16 * warp * kP, dOb, dpt);
+    AFragments<S, kN> pf, df;
+    // Queries i0 .. i0 + kN - 1 against this warp's 16 keys (rows past i_hi see none of them,
+    // so sdpa_all_visible fails for a tile holding one).
+    const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
+    if (inner && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+        // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
+        const int q = frag_col(nt, 0);
+        const float2 lse = *reinterpret_cast<const float2*>(lse_s + buf * kN + q);
+        const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
+          dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
+          st[nt][e] = p;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = frag_col(nt, e);
+          const int64_t i = i0 + q, j = key_w + frag_row(e);
+          const float lse = lse_s[buf * kN + q] * kLn2, dl = dl_s[buf * kN + q];
+          float pd;
+          if (inner) {
+            dpt[nt][e] =
+                plain_score_grad(a, b, h, i, j, st[nt][e] * a.scale, dpt[nt][e], lse, dl, &pd);
+          } else {
+            const ScoreGrad g =
+                edge_score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[nt][e] * a.scale,
+                                dpt[nt][e], lse, dl, slope, sq);
+            dpt[nt][e] = g.ds;
+            pd = g.pd;
+          }
+          st[nt][e] = pd;
+        }
+      }
+    }
+    if constexpr (kWantV) {  // dV += Pd^T dO
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf, nt, st[nt]);
+      warp_pv<S, kD, kN>(pf, dOb, dv);
+    }
+    if constexpr (kWantK) {  // dK += dS^T Q (scaled at the end)
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, dpt[nt]);
+      warp_pv<S, kD, kN>(df, Qb, dk);
+    }
+    __syncthreads();
+    cur = next;
+  }
+  mma::cp_async_wait<0>();
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
+  if constexpr (kWantK)
+    store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
+  if constexpr (kWantV)
+    store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
+}
+
+// Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp), in bytes.
+template <class S, int kD, int kM>
+constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
+template <class S, int kD>
+constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S) +
+                            4 * kBackwardWalk<kD> * sizeof(float);
+
+}  // namespace
+
+template <class S>
+bool backward_typed(int device, const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
+  Args<float, S> a = make_args<float, S>(p);
+  set_grad_args(a, dout, g);
+  const Vectorized vec = vectorized(p, dout);
+  const int optin = shared_optin(device);
+  bool fits = false;
+  const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    with_slices<kD>([&](auto slices) {
+      constexpr int kM = decltype(slices)::value;
+      constexpr size_t smem = std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
+      if (smem > static_cast<size_t>(optin)) return;
+      fits = true;
+      cudaStream_t s = enter(device);
+      const int64_t rows = a.B * a.Hq * a.Sq;
+      Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
+      a.delta = delta.as<float>();
+      if (rows) {
+        delta_kernel<S>
+            <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kBlockThreads, 0, s>>>(a);
+        check_launch("sdpa mma delta kernel");
+        launch(backward_dq_kernel<S, kD, kM>, a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows)),
+               smem_dq<S, kD, kM>, s, a, vec, "sdpa mma backward dq kernel");
+      }
+      const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
+      if (kv_blocks == 0) return;
+      if constexpr (kD > 128) {
+        launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dv kernel");
+        launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dk kernel");
+      } else {
+        launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
+               "sdpa mma backward dk/dv kernel");
+      }
+    });
+  });
+  return any && fits;
+}
+
+template bool backward_typed<__nv_bfloat16>(int, const SdpaParams&, const View&,
+                                            const SdpaGradViews&);
+template bool backward_typed<__half>(int, const SdpaParams&, const View&, const SdpaGradViews&);
+template bool backward_typed<float>(int, const SdpaParams&, const View&, const SdpaGradViews&);
+
+}  // namespace tg::cuda::mma_sdpa

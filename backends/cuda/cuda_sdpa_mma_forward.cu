@@ -1,0 +1,197 @@
+// The tensor-core SDPA's forward kernel and its launch (overview in cuda_sdpa_mma.cu).
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/cuda_sdpa_mma_launch.cuh"
+
+namespace tg::cuda::mma_sdpa {
+namespace {
+
+template <class S, int kD, int kM>
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
+    forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kForwardKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);
+  S* Ks = Qs + kBlockRows * kP;  // two buffers of kN rows
+  S* Vs = Ks + 2 * kN * kP;
+  const int warp = threadIdx.x / 32;
+  const int64_t tiles = (a.Sq + kBlockRows - 1) / kBlockRows, blk = blockIdx.x;
+  const int64_t i0 = (blk % tiles) * kBlockRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
+  const int64_t hk = h / (a.Hq / a.Hk), kv_end = sq.kv0 + sq.rows_kv;
+  const float slope = a.slope_of(h);
+  const S* kbase = slice(a.k, a.ks, b, hk);
+  const S* vbase = slice(a.v, a.vs, b, hk);
+  load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q,
+                               a.Dqk, nullptr, vec.q);
+  int64_t lo, hi;
+  key_range(a, sq, i0, kBlockRows, lo, hi);
+  const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`, from key lo + it kN
+    const int64_t j0 = lo + it * kN;
+    load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, a.kv_rows,
+                         vec.k);
+    load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, a.kv_rows,
+                         vec.v);
+  };
+  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
+  if (n_tiles > 0) load_kv(0, 0);
+  mma::cp_async_commit();
+
+  const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
+  // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
+  // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
+  const float scale_log2 = a.scale * kLog2e;
+  float o[kM][kD / 8][4] = {};
+  float mr[kM][2], l[kM][2];
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mr[sl][r] = kNegInf;
+      l[sl][r] = 0.0f;
+    }
+  }
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t j0 = lo + it * kN;
+    next_tile(it, n_tiles, load_kv);
+    float s[kM][kN / 8][4] = {};
+    warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
+    float mx[kM][2];
+    // Interior tiles with a positive scale keep the raw products: their largest is the largest
+    // score, and each probability is one fused multiply-add and an exp2 from the product.
+    const bool inner = a.scale > 0 && interior(a, sq, row_w, 16 * kM, hi, j0, kN);
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+      mx[sl][0] = mx[sl][1] = kNegInf;
+      if (inner) {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
+        }
+        mx[sl][0] *= scale_log2;
+        mx[sl][1] *= scale_log2;
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[sl][nt][e] =
+                kLog2e * edge_score(a, b, h, row_w + 16 * sl + frag_row(e), j0 + frag_col(nt, e),
+                                    s[sl][nt][e] * a.scale, slope, sq, hi);
+            mx[sl][e / 2] = fmaxf(mx[sl][e / 2], s[sl][nt][e]);
+          }
+        }
+      }
+    }
+    float alpha[kM][2], base[kM][2];
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
+        alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
+        // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
+        base[sl][r] = m_new == kNegInf ? 0.0f : m_new;
+        mr[sl][r] = m_new;
+        l[sl][r] *= alpha[sl][r];
+      }
+      // Interior scores are still raw products; the others are scores already (fmaf by 1 is
+      // the plain difference).
+      const float mul = inner ? scale_log2 : 1.0f;
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[sl][nt][e] = exp2_ftz(fmaf(s[sl][nt][e], mul, -base[sl][e / 2]));
+          l[sl][e / 2] += s[sl][nt][e];
+        }
+      }
+    }
+    if (a.dropout_p > 0) {  // after the row sums: the statistics are dropout's input
+#pragma unroll
+      for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (s[sl][nt][e] == 0.0f) continue;
+            const bool kept =
+                dropout_keeps(a, b, h, row_w + 16 * sl + frag_row(e), j0 + frag_col(nt, e));
+            s[sl][nt][e] = kept ? s[sl][nt][e] * a.keep_scale : 0.0f;
+          }
+        }
+      }
+    }
+    AFragments<S, kN> pf[kM];
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf[sl], nt, s[sl][nt]);
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[sl][dt][e] *= alpha[sl][e / 2];
+      }
+    }
+    warp_pv<S, kD, kN, kM>(pf, Vs + buf * kN * kP, o);
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited
+
+#pragma unroll
+  for (int sl = 0; sl < kM; ++sl) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[sl][r] = quad_sum(l[sl][r]);
+      inv[r] = l[sl][r] > 0 ? 1.0f / l[sl][r] : 0.0f;
+    }
+    const int64_t row_s = row_w + 16 * sl;
+    store_rows<S, kD>(a.out, a.outs, b, h, sq.q0, row_s, sq.rows_q, a.Dv, o[sl], inv);
+    if (threadIdx.x % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = row_s + frag_row(2 * r);
+        if (i < sq.rows_q)
+          a.stat(b, h, sq.q0 + i) = l[sl][r] > 0 ? mr[sl][r] * kLn2 + logf(l[sl][r]) : kNegInf;
+      }
+    }
+  }
+}
+
+// Shared memory of the forward kernel at tile width kD and kM slices per warp, in bytes.
+template <class S, int kD, int kM>
+constexpr size_t smem_forward = (kM * kRows + 4 * kForwardKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
+}  // namespace
+
+template <class S>
+bool forward_typed(int device, const SdpaParams& p) {
+  const Args<float, S> a = make_args<float, S>(p);
+  const Vectorized vec = vectorized(p, View{});
+  const int optin = shared_optin(device);
+  bool fits = false;
+  const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    with_slices<kD>([&](auto slices) {
+      constexpr int kM = decltype(slices)::value;
+      constexpr size_t smem = smem_forward<S, kD, kM>;
+      if (smem > static_cast<size_t>(optin)) return;
+      fits = true;
+      cudaStream_t s = enter(device);
+      const int64_t blocks = a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows));
+      if (blocks)
+        launch(forward_kernel<S, kD, kM>, blocks, smem, s, a, vec, "sdpa mma forward kernel");
+    });
+  });
+  return any && fits;
+}
+
+template bool forward_typed<__nv_bfloat16>(int, const SdpaParams&);
+template bool forward_typed<__half>(int, const SdpaParams&);
+template bool forward_typed<float>(int, const SdpaParams&);
+
+}  // namespace tg::cuda::mma_sdpa
