@@ -16,9 +16,14 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace tg::cuda::mma {
+
+// The PTX itself. The CPU emulator of tests/cuda_emulator compiles the kernels with its own
+// versions of these (its mma.h), from the fragment layouts above.
+#ifndef TG_CUDA_EMULATION
 
 // The kernels that use these compile for sm_80 and sm_90 only (CMAKE_CUDA_ARCHITECTURES);
 // an older target compiles them to a trap, and the host never launches them there.
@@ -77,10 +82,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
-// float32 on the tensor cores: x = hi + lo with hi = x rounded to TF32 (cvt.rna: nearest, ties
-// away) and lo = the rest rounded to TF32, then A B = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
-// dropped A_lo B_lo is below float32's roundoff): about float32's accuracy at three TF32
-// products ("3xTF32").
+// cvt.rna.tf32.f32: x rounded to TF32 (10 fraction bits; nearest, ties away from zero).
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r = 0;
 #if TG_MMA_ARCH
@@ -90,14 +92,6 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 #endif
   return r;
 }
-struct SplitTf32 {
-  uint32_t hi, lo;
-};
-__device__ __forceinline__ SplitTf32 split_tf32(float x) {
-  const uint32_t hi = to_tf32(x);
-  return {hi, to_tf32(x - __uint_as_float(hi))};
-}
-
 // d += A B for one 16 x 8 x 8 tile of TF32 values.
 __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                               uint32_t b1) {
@@ -106,6 +100,54 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)
 #else
   __trap();
 #endif
+}
+
+// Copies 16 bytes from global to shared memory asynchronously; with !valid it writes 16 zero
+// bytes and reads nothing (src must still be a valid address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+#if TG_MMA_ARCH
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if TG_MMA_ARCH
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if TG_MMA_ARCH
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// 2^x on the multi-function unit alone (ex2.approx.ftz): exp2f also handles results below
+// 2^-126 (subnormals), with a compare and two predicated multiplies around the same
+// instruction, in the loops that compute every probability. Such a probability is 0 here,
+// beside the row's largest, which is 1: nothing a float32 sum would keep. -inf gives 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+#endif  // TG_CUDA_EMULATION
+
+// float32 on the tensor cores: x = hi + lo with hi = x rounded to TF32 (cvt.rna: nearest, ties
+// away) and lo = the rest rounded to TF32, then A B = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
+// dropped A_lo B_lo is below float32's roundoff): about float32's accuracy at three TF32
+// products ("3xTF32").
+struct SplitTf32 {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ SplitTf32 split_tf32(float x) {
+  const uint32_t hi = to_tf32(x);
+  return {hi, to_tf32(x - __uint_as_float(hi))};
 }
 
 // A float32 fragment (registers holding float bits) split into its TF32 halves.
@@ -136,37 +178,15 @@ __device__ __forceinline__ void mma_1688_3xtf32(float (&d)[4], const SplitFragme
 // Two floats rounded to S and packed as one register, `lo` in the low half (the lower column).
 template <class S>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
   if constexpr (std::is_same_v<S, __nv_bfloat16>) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
+    memcpy(&r, &v, sizeof r);
   } else {
     const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
+    memcpy(&r, &v, sizeof r);
   }
-}
-
-// Copies 16 bytes from global to shared memory asynchronously; with !valid it writes 16 zero
-// bytes and reads nothing (src must still be a valid address).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-#if TG_MMA_ARCH
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(bytes));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if TG_MMA_ARCH
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-// Waits until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if TG_MMA_ARCH
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-#endif
+  return r;
 }
 
 }  // namespace tg::cuda::mma

@@ -40,28 +40,6 @@
 
 namespace tg::cuda {
 namespace mma_sdpa {
-namespace {
-
-bool vectorizable(const View& v, int64_t width) {
-  const int64_t per_copy = 16 / static_cast<int64_t>(dtype_size(v.dtype));
-  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % per_copy != 0) return false;
-  if (v.sizes[3] > 1 && v.strides[3] != 1) return false;
-  for (int d = 0; d < 3; ++d)
-    if (v.sizes[d] > 1 && v.strides[d] % per_copy != 0) return false;
-  return true;
-}
-
-}  // namespace
-
-Vectorized vectorized(const SdpaParams& p, const View& dout) {
-  Vectorized vec;
-  vec.q = vectorizable(p.q, p.dim_qk());
-  vec.k = vectorizable(p.k, p.dim_qk());
-  vec.v = vectorizable(p.v, p.dim_v());
-  vec.dout = dout.data && vectorizable(dout, p.dim_v());
-  return vec;
-}
-
 int shared_optin(int device) {
   int major = 0, optin = 0;
   TG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
+            const float p = mma::exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
             s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
           }
         }
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float p = exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
+          const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
           dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
           st[nt][e] = p;
         }
@@ -288,22 +288,20 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
       a.delta = delta.as<float>();
       if (rows) {
-        delta_kernel<S>
-            <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kBlockThreads, 0, s>>>(a);
-        check_launch("sdpa mma delta kernel");
+        launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
         launch(backward_dq_kernel<S, kD, kM>, a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows)),
-               smem_dq<S, kD, kM>, s, a, vec, "sdpa mma backward dq kernel");
+               smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
       }
       const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
       if (kv_blocks == 0) return;
       if constexpr (kD > 128) {
-        launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-               "sdpa mma backward dv kernel");
-        launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-               "sdpa mma backward dk kernel");
+        launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s,
+               "sdpa mma backward dv kernel", a, vec);
+        launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s,
+               "sdpa mma backward dk kernel", a, vec);
       } else {
-        launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s, a, vec,
-               "sdpa mma backward dk/dv kernel");
+        launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s,
+               "sdpa mma backward dk/dv kernel", a, vec);
       }
     });
   });

@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
-        alpha[sl][r] = m_new == kNegInf ? 1.0f : exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
+        alpha[sl][r] =
+            m_new == kNegInf ? 1.0f : mma::exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
         // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
         base[sl][r] = m_new == kNegInf ? 0.0f : m_new;
         mr[sl][r] = m_new;
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[sl][nt][e] = exp2_ftz(fmaf(s[sl][nt][e], mul, -base[sl][e / 2]));
+          s[sl][nt][e] = mma::exp2_ftz(fmaf(s[sl][nt][e], mul, -base[sl][e / 2]));
           l[sl][e / 2] += s[sl][nt][e];
         }
       }
@@ -184,7 +185,7 @@ bool forward_typed(int device, const SdpaParams& p) {
       cudaStream_t s = enter(device);
       const int64_t blocks = a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows));
       if (blocks)
-        launch(forward_kernel<S, kD, kM>, blocks, smem, s, a, vec, "sdpa mma forward kernel");
+        launch(forward_kernel<S, kD, kM>, blocks, smem, s, "sdpa mma forward kernel", a, vec);
     });
   });
   return any && fits;

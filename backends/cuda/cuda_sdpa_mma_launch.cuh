@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/cuda_sdpa_mma_tiles.cuh"
@@ -12,18 +13,43 @@
 
 namespace tg::cuda::mma_sdpa {
 
+// Whether rows of `width` values of view v allow 16-byte copies (Vectorized's rule).
+inline bool vectorizable(const View& v, int64_t width) {
+  const int64_t per_copy = 16 / static_cast<int64_t>(dtype_size(v.dtype));
+  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || width % per_copy != 0) return false;
+  if (v.sizes[3] > 1 && v.strides[3] != 1) return false;
+  for (int d = 0; d < 3; ++d)
+    if (v.sizes[d] > 1 && v.strides[d] % per_copy != 0) return false;
+  return true;
+}
 // Which of q, k, v and dout (absent in the forward: View{}) allow 16-byte copies.
-Vectorized vectorized(const SdpaParams& p, const View& dout);
+inline Vectorized vectorized(const SdpaParams& p, const View& dout) {
+  Vectorized vec;
+  vec.q = vectorizable(p.q, p.dim_qk());
+  vec.k = vectorizable(p.k, p.dim_qk());
+  vec.v = vectorizable(p.v, p.dim_v());
+  vec.dout = dout.data && vectorizable(dout, p.dim_v());
+  return vec;
+}
 // The shared memory a block may have on the device; 0 before compute capability 8.0, where
 // mma.sync on 16-bit inputs does not run.
 int shared_optin(int device);
 
-template <class K, class S>
-void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const Args<float, S>& a,
-            const Vectorized& vec, const char* name) {
-  TG_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s>>>(a, vec);
+// kernel<<<blocks, kBlockThreads, smem, s>>>(args...), allowed `smem` bytes of dynamic shared
+// memory; on the CPU emulator of tests/cuda_emulator under TG_CUDA_EMULATION.
+template <class K, class... A>
+void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const char* name,
+            const A&... args) {
+#ifdef TG_CUDA_EMULATION
+  (void)s;
+  cuda_emulator::launch(static_cast<unsigned>(blocks), kBlockThreads, smem,
+                        [&] { kernel(args...); });
+#else
+  if (smem)
+    TG_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s> > >(args...);
+#endif
   check_launch(name);
 }
 

@@ -259,16 +259,6 @@ __device__ __forceinline__ int frag_col(int nt, int e) {
   return mma::c_col(threadIdx.x % 32, nt, e);
 }
 
-// 2^x on the multi-function unit alone (ex2.approx.ftz): exp2f also handles results below
-// 2^-126 (subnormals), with a compare and two predicated multiplies around the same
-// instruction, in the loops that compute every probability. Such a probability is 0 here,
-// beside the row's largest, which is 1: nothing a float32 sum would keep. -inf gives 0.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -339,7 +329,7 @@ template <class S>
 __device__ __forceinline__ float plain_score_grad(const Args<float, S>& a, int64_t b, int64_t h,
                                                   int64_t i, int64_t j, float dot, float dp,
                                                   float lse, float delta, float* pd) {
-  const float p = exp2_ftz((dot - lse) * kLog2e);
+  const float p = mma::exp2_ftz((dot - lse) * kLog2e);
   *pd = p;
   if (a.dropout_p > 0 && p != 0.0f) {
     const bool kept = dropout_keeps(a, b, h, i, j);

@@ -1,0 +1,282 @@
+// The emulator's fibers and barriers (runtime.h). A block's threads are ucontext fibers on the
+// calling thread; the scheduler resumes each runnable one in turn (in set_order()'s order) until
+// it waits at a barrier or returns, and a pass that resumes nobody while threads remain is a
+// deadlock.
+#include "tests/cuda_emulator/runtime.h"
+
+#include <ucontext.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tg::cuda_emulator {
+namespace {
+
+constexpr size_t kStack = 256 * 1024;
+
+struct Copy {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+
+enum class Wait { None, Block, Warp };
+
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack{new char[kStack]};
+  Index3 tid;
+  bool done = false;
+  Wait wait = Wait::None;
+  uint64_t gen = 0;        // the generation of the barrier it waits at
+  uint64_t exchanges = 0;  // its warp exchanges so far: their parity picks the slot bank
+  std::vector<Copy> open;
+  std::deque<std::vector<Copy>> groups;
+};
+
+struct WarpState {
+  unsigned arrived = 0, live = 32;
+  uint64_t gen = 0;
+  unsigned char slots[2][32][kSlot];
+};
+
+struct Shared {
+  unsigned char* data;
+  size_t bytes;
+};
+
+struct State {
+  ucontext_t scheduler{};
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  std::vector<WarpState> warps;
+  unsigned block_arrived = 0, block_live = 0;
+  uint64_t block_gen = 0;
+  Index3 block, bdim, gdim;
+  const std::function<void()>* body = nullptr;
+  std::string error;  // the first fault
+  Order order = Order::Forward;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+std::vector<Shared>& shared_arrays() {
+  static std::vector<Shared> v;
+  return v;
+}
+
+void fault(const std::string& what) {
+  State& s = state();
+  if (!s.error.empty()) return;
+  std::ostringstream os;
+  os << what << " (block " << s.block.x << ", thread "
+     << (s.current ? static_cast<int>(s.current->tid.x) : -1) << ")";
+  s.error = os.str();
+}
+
+Fiber& me() { return *state().current; }
+
+void yield() { swapcontext(&me().ctx, &state().scheduler); }
+
+bool ready(const State& s, const Fiber& f) {
+  switch (f.wait) {
+    case Wait::None:
+      return true;
+    case Wait::Block:
+      return s.block_gen != f.gen;
+    case Wait::Warp:
+      return s.warps[f.tid.x / 32].gen != f.gen;
+  }
+  return false;
+}
+
+void finish(Fiber& f) {
+  State& s = state();
+  f.done = true;
+  if (!f.open.empty() || !f.groups.empty()) fault("cp.async copies still in flight at exit");
+  WarpState& w = s.warps[f.tid.x / 32];
+  --w.live;
+  if (w.arrived > 0) fault("a lane exited while its warp waits in a collective");
+  --s.block_live;
+  if (s.block_arrived > 0 && s.block_arrived == s.block_live) {  // the others may go on
+    s.block_arrived = 0;
+    ++s.block_gen;
+  }
+}
+
+void entry() {
+  State& s = state();
+  try {
+    (*s.body)();
+  } catch (const std::exception& e) {
+    fault(std::string("the kernel threw: ") + e.what());
+  }
+  finish(me());
+  // Returns to the scheduler through uc_link.
+}
+
+std::string waiting(const State& s) {
+  std::ostringstream os;
+  for (const Fiber& f : s.fibers) {
+    if (f.done) continue;
+    os << " thread " << f.tid.x
+       << (f.wait == Wait::Block  ? " at __syncthreads"
+           : f.wait == Wait::Warp ? " in a warp collective"
+                                  : " runnable")
+       << ";";
+  }
+  return os.str();
+}
+
+void run_block(State& s, size_t shared_bytes) {
+  for (const Shared& a : shared_arrays()) std::memset(a.data, 0xff, a.bytes);
+  const unsigned n = s.bdim.x;
+  s.warps.assign(n / 32, WarpState{});
+  s.block_arrived = 0;
+  s.block_live = n;
+  for (unsigned t = 0; t < n; ++t) {
+    Fiber& f = s.fibers[t];
+    f.tid = {t, 0, 0};
+    f.done = false;
+    f.wait = Wait::None;
+    f.exchanges = 0;
+    f.open.clear();
+    f.groups.clear();
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStack;
+    f.ctx.uc_link = &s.scheduler;
+    makecontext(&f.ctx, entry, 0);
+  }
+  for (;;) {
+    bool progress = false, all_done = true;
+    for (unsigned k = 0; k < n && s.error.empty(); ++k) {
+      Fiber& f = s.fibers[s.order == Order::Forward ? k : n - 1 - k];
+      if (f.done) continue;
+      all_done = false;
+      if (!ready(s, f)) continue;
+      f.wait = Wait::None;
+      s.current = &f;
+      swapcontext(&s.scheduler, &f.ctx);
+      s.current = nullptr;
+      progress = true;
+    }
+    if (!s.error.empty()) break;
+    if (all_done) break;
+    if (!progress) {
+      fault("deadlock:" + waiting(s));
+      break;
+    }
+  }
+  if (s.error.empty()) {
+    for (const Shared& a : shared_arrays()) {
+      for (size_t i = shared_bytes; i < a.bytes; ++i) {
+        if (a.data[i] != 0xff) {
+          fault("shared memory written at byte " + std::to_string(i) + ", past the launch's " +
+                std::to_string(shared_bytes));
+          break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const Index3& thread_idx() { return me().tid; }
+const Index3& block_idx() { return state().block; }
+const Index3& block_dim() { return state().bdim; }
+const Index3& grid_dim() { return state().gdim; }
+
+void set_order(Order o) { state().order = o; }
+
+bool register_shared(unsigned char* data, size_t bytes) {
+  shared_arrays().push_back({data, bytes});
+  return true;
+}
+
+void launch(unsigned blocks, unsigned threads, size_t shared_bytes,
+            const std::function<void()>& body) {
+  State& s = state();
+  TG_CHECK(threads % 32 == 0 && threads > 0, "cuda emulator",
+           "threads per block must be a multiple of 32, got ", threads);
+  for (const Shared& a : shared_arrays())
+    TG_CHECK(shared_bytes <= a.bytes, "cuda emulator", "the launch asks for ", shared_bytes,
+             " bytes of shared memory, the emulated arrays hold ", a.bytes);
+  while (s.fibers.size() < threads) s.fibers.emplace_back();
+  s.body = &body;
+  s.bdim = {threads, 1, 1};
+  s.gdim = {blocks, 1, 1};
+  s.error.clear();
+  for (unsigned b = 0; b < blocks && s.error.empty(); ++b) {
+    s.block = {b, 0, 0};
+    run_block(s, shared_bytes);
+  }
+  s.body = nullptr;
+  TG_CHECK(s.error.empty(), "cuda emulator", s.error);
+}
+
+void sync_block() {
+  State& s = state();
+  Fiber& f = me();
+  if (++s.block_arrived == s.block_live) {
+    s.block_arrived = 0;
+    ++s.block_gen;
+    return;
+  }
+  f.wait = Wait::Block;
+  f.gen = s.block_gen;
+  yield();
+}
+
+const unsigned char* warp_exchange(const void* in, size_t bytes) {
+  State& s = state();
+  Fiber& f = me();
+  WarpState& w = s.warps[f.tid.x / 32];
+  const int bank = static_cast<int>(f.exchanges++ & 1);
+  std::memcpy(w.slots[bank][f.tid.x % 32], in, bytes);
+  if (++w.arrived == w.live) {
+    w.arrived = 0;
+    ++w.gen;
+  } else {
+    f.wait = Wait::Warp;
+    f.gen = w.gen;
+    yield();
+  }
+  return &w.slots[bank][0][0];
+}
+
+void async_copy_16(void* dst, const void* src, bool valid) {
+  me().open.push_back({dst, src, valid});
+}
+
+void async_commit() {
+  Fiber& f = me();
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+
+void async_wait(int pending) {
+  Fiber& f = me();
+  while (f.groups.size() > static_cast<size_t>(pending)) {
+    for (const Copy& c : f.groups.front()) {
+      if (c.valid) {
+        std::memcpy(c.dst, c.src, 16);
+      } else {
+        std::memset(c.dst, 0, 16);
+      }
+    }
+    f.groups.pop_front();
+  }
+}
+
+}  // namespace tg::cuda_emulator

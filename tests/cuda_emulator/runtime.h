@@ -1,0 +1,65 @@
+// A CPU emulator of the CUDA execution model, enough to run the tensor-core SDPA kernels
+// (backends/cuda/cuda_sdpa_mma_*.cu) without a GPU: each thread of a block is a fiber, the
+// block's threads run one at a time on the calling thread until each reaches a barrier
+// (__syncthreads, or a warp-wide collective: shuffles, ldmatrix, mma), and blocks run one after
+// another. It checks what a GPU would leave undefined: a barrier some threads never reach (a
+// deadlock, reported instead of hanging), a lane that exits while its warp waits in a
+// collective, cp.async copies still in flight at exit, shared memory written past the launch's
+// size or read before any write (it starts as NaN bytes).
+//
+// It checks the kernels' logic (indices, fragments, masks, the copy pipeline's order), not their
+// speed nor the hardware's rounding: mma sums exactly and rounds once, ex2.approx is exp2.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace tg::cuda_emulator {
+
+struct Index3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+// The calling fiber's thread and block, and the launch's sizes.
+const Index3& thread_idx();
+const Index3& block_idx();
+const Index3& block_dim();
+const Index3& grid_dim();
+
+// The order in which a block's threads are resumed: a kernel whose result depends on it reads
+// shared memory another thread writes without a barrier between them.
+enum class Order { Forward, Reverse };
+void set_order(Order o);
+
+// Runs body() as every thread of `blocks` blocks of `threads` threads (a multiple of 32), with
+// `shared_bytes` of dynamic shared memory. Throws tg::Error ("[cuda emulator] ...") on the
+// faults above.
+void launch(unsigned blocks, unsigned threads, size_t shared_bytes,
+            const std::function<void()>& body);
+
+// The shared memory a block may have (an H100's 227 KB), and the size of the kernel files'
+// arrays: those compile every kernel, including some whose shared memory exceeds the limit and
+// which are never launched.
+constexpr size_t kSharedOptin = 232448;
+constexpr size_t kEmulatedSharedArray = 512 * 1024;
+
+// A kernel file's dynamic shared memory array (each file has its own; the emulator poisons
+// every registered one before each block and checks the bytes past the launch's size after).
+bool register_shared(unsigned char* data, size_t bytes);
+
+// __syncthreads().
+void sync_block();
+
+// A warp-wide exchange: every lane of the caller's warp passes `bytes` (at most kSlot) from
+// `in`; once all have, returns the 32 lanes' values, lane L's at offset L * kSlot. They stay
+// valid until the caller's next exchange.
+constexpr size_t kSlot = 64;
+const unsigned char* warp_exchange(const void* in, size_t bytes);
+
+// cp.async: a 16-byte copy (zeros when !valid) deferred to the wait that must complete it, so a
+// read of its destination before that wait sees the old bytes.
+void async_copy_16(void* dst, const void* src, bool valid);
+void async_commit();
+void async_wait(int pending);  // completes all but this thread's `pending` newest groups
+
+}  // namespace tg::cuda_emulator

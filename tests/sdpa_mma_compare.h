@@ -1,0 +1,90 @@
+// What the tensor-core SDPA suites share (test_cuda_sdpa_mma.cpp on a GPU, test_cuda_emulated.cpp
+// on the CPU emulator): random configurations over every option of DESIGN §4 and the kernels'
+// tile widths, and their comparison with the CPU.
+//
+// Tolerances. The CPU reads the 16-bit inputs, computes in float32 and rounds each result once.
+// The kernels multiply the same 16-bit inputs exactly with float32 sums, but round P (and dS)
+// to the 16-bit type before the second product of each pair, as FlashAttention-2 does, and
+// their backward reads their own output O (rowsum(dO * O)), itself within a rounding of the
+// CPU's. Each result element is a sum of terms; its error is a few units u of the 16-bit type
+// (2^-8 bfloat16, 2^-11 float16) times the sum of those terms' magnitudes (term_magnitudes()),
+// not times the result: a score gradient dS = P (dP - rowsum(dO * O)) cancels to nothing where
+// a row sees one key, and so does a mask gradient summed along a row, while the rounding of
+// their terms does not. Per element: 4u of the magnitudes for the output, 8u for the
+// gradients; float32-level for the statistics (no 16-bit rounding).
+#pragma once
+#include <tapegrad.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "test_util.h"
+
+namespace sdpamma {
+
+using tg::Device;
+using tg::DType;
+using tg::SdpaGrads;
+using tg::SdpaOptions;
+using tg::SdpaResult;
+using tg::Shape;
+using tg::Tensor;
+
+// The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
+// roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
+// and each product drops lo lo and the two e terms, 3 x 2^-22 of |a b|, so 2^-20. The CPU's
+// own float32 sums (here the reference, unlike for 16 bits) are of the same order: sqrt(n)
+// 2^-24 for n = 256 terms is 2^-20.
+double unit(DType dt);
+
+// |result - cpu| <= tol times the largest |cpu| element.
+void check_close(const std::string& what, const Tensor& cpu, const Tensor& result, double tol);
+
+// |result - cpu| <= tol * bound element by element (both zero where the bound is: rows that see
+// no key); the worst element is reported.
+void check_bounded(const std::string& what, const Tensor& cpu, const Tensor& result,
+                   const Tensor& bound, double tol);
+
+struct Magnitudes {
+  Tensor out, dq, dk, dv, dmask;
+};
+
+// For each result element, the sum of the magnitudes of the terms it is made of, from the
+// 16-bit inputs (as float64) and the CPU options o.
+Magnitudes term_magnitudes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                           SdpaOptions o);
+
+// Contiguous; (B, S, H, D) storage seen as (B, H, S, D) (16-byte copies still apply); or one
+// element past a 16-byte boundary with an odd row stride (element loads).
+enum class Layout { Contiguous, Strided, Misaligned };
+
+// x (float64, CPU) in dtype dt on `device`, laid out as `layout` says.
+Tensor place(const Tensor& x, DType dt, Layout layout, Device device);
+
+struct Config {
+  int64_t B = 1, Hq = 1, Hk = 1, Sq = 1, Skv = 1, Dqk = 8, Dv = 8;
+  SdpaOptions opts;
+  Shape mask_shape;  // empty: no mask
+  bool bool_mask = false;
+  Layout layout = Layout::Contiguous;
+};
+
+// Shapes across the kernels' tile widths (32, 64, 128, 256 forward; the backward above 128
+// widens to float32) and across several 64-row tiles; every option of DESIGN §4.
+Config random_config(std::mt19937_64& rng);
+std::string describe(const Config& c);
+
+// Forward and backward on the implementation under test, of inputs placed on its device.
+using RunSdpa = std::function<std::pair<SdpaResult, SdpaGrads>(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const SdpaOptions& o)>;
+
+// Forward and backward of configuration c in dtype dt on the CPU and by `run` (inputs on
+// `device`), compared at the tolerances above.
+void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& rng, Device device,
+                    const RunSdpa& run);
+
+}  // namespace sdpamma

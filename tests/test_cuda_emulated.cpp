@@ -1,0 +1,176 @@
+// The tensor-core SDPA kernels (backends/cuda/cuda_sdpa_mma_*.cu) run on the CPU emulator of
+// tests/cuda_emulator, against the CPU's SDPA: their indices, fragments, option rules, masks,
+// tile walks and copy pipeline are checked in every build, GPU or not (the hardware's own
+// behaviour, timing and rounding are test_cuda_sdpa_mma.cpp's, on a GPU). Each configuration
+// also runs with the block's threads resumed in the opposite order: a result that changes reads
+// shared memory another thread writes without a barrier between.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/op_util.h"
+#include "ops/sdpa_check.h"
+#include "sdpa_mma_compare.h"
+#include "tests/cuda_emulator/runtime.h"
+#include "tests/cuda_emulator/sdpa_mma.h"
+
+using namespace tg;
+using namespace sdpamma;
+
+namespace {
+
+// Forward and backward on the emulated kernels, laid out as tg::sdpa_forward / sdpa_backward
+// lay out theirs; every result starts as NaN, so an element the kernels skip shows.
+std::pair<SdpaResult, SdpaGrads> run_emulated(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& dout, const SdpaOptions& o) {
+  SdpaParams p = detail::sdpa_params(q, k, v, o);
+  const TensorOptions stats_options = q.options().dtype(kFloat32);
+  SdpaResult r;
+  r.out = full({p.batch(), p.len_q(), p.heads_q(), p.dim_v()}, NAN, q.options()).transpose(1, 2);
+  r.stats = full({p.batch(), p.heads_q(), p.len_q(), 1}, NAN, stats_options);
+  p.out = detail::sdpa_rows(r.out, p, true);
+  p.stats = detail::sdpa_rows(r.stats, p, true);
+  REQUIRE(cuda_emulator::sdpa_mma_forward(p));
+  SdpaGrads g;
+  g.dq = full(q.sizes(), NAN, q.options());
+  g.dk = full(k.sizes(), NAN, k.options());
+  g.dv = full(v.sizes(), NAN, v.options());
+  SdpaGradViews views{detail::sdpa_rows(g.dq, p, true),
+                      detail::sdpa_rows(g.dk, p, false),
+                      detail::sdpa_rows(g.dv, p, false),
+                      {}};
+  Tensor dscores;
+  if (o.mask && o.mask->dtype() != kBool) {
+    dscores = zeros({p.batch(), p.heads_q(), p.len_q(), p.len_kv()}, stats_options);
+    views.dscores = detail::view_of(dscores);
+  }
+  REQUIRE(cuda_emulator::sdpa_mma_backward(p, detail::sdpa_rows(dout, p, true), views));
+  if (dscores.defined()) g.dmask = sum_to(dscores, o.mask->sizes()).to(q.dtype());
+  return {r, g};
+}
+
+// The same results, bitwise, with the threads resumed in the opposite order.
+std::pair<SdpaResult, SdpaGrads> run_both_orders(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& dout, const SdpaOptions& o) {
+  auto forward = run_emulated(q, k, v, dout, o);
+  cuda_emulator::set_order(cuda_emulator::Order::Reverse);
+  const auto reverse = run_emulated(q, k, v, dout, o);
+  cuda_emulator::set_order(cuda_emulator::Order::Forward);
+  const auto bits = [](const Tensor& t) {
+    return t.defined() ? t.to(kFloat64).to_vector<double>() : std::vector<double>{};
+  };
+  // NaN != NaN, so a NaN anywhere fails here too (the comparison with the CPU reports where).
+  CHECK(bits(forward.first.out) == bits(reverse.first.out));
+  CHECK(bits(forward.first.stats) == bits(reverse.first.stats));
+  CHECK(bits(forward.second.dq) == bits(reverse.second.dq));
+  CHECK(bits(forward.second.dk) == bits(reverse.second.dk));
+  CHECK(bits(forward.second.dv) == bits(reverse.second.dv));
+  CHECK(bits(forward.second.dmask) == bits(reverse.second.dmask));
+  return forward;
+}
+
+// cuda_sdpa_warp_rows() for a scope.
+struct WarpRows {
+  int was = cuda_sdpa_warp_rows();
+  explicit WarpRows(int rows) { set_cuda_sdpa_warp_rows(rows); }
+  ~WarpRows() { set_cuda_sdpa_warp_rows(was); }
+  WarpRows(const WarpRows&) = delete;
+  WarpRows& operator=(const WarpRows&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
+  namespace emu = cuda_emulator;
+  const auto message = [](auto&& kernel, size_t shared = 0) -> std::string {
+    try {
+      emu::launch(2, 64, shared, kernel);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // One lane at __syncthreads while the rest of its warp waits for it in a shuffle: a deadlock,
+  // reported instead of hanging.
+  CHECK(message([] {
+          int x = 1;
+          if (emu::thread_idx().x == 5) {
+            emu::sync_block();
+          } else {
+            emu::warp_exchange(&x, sizeof x);
+          }
+        }).find("[cuda emulator] deadlock") != std::string::npos);
+  // A lane that leaves while its warp waits in a collective.
+  CHECK(message([] {
+          if (emu::thread_idx().x == 3) return;
+          int x = 1;
+          emu::warp_exchange(&x, sizeof x);
+        }).find("a lane exited while its warp waits") != std::string::npos);
+  // A copy never waited for.
+  static unsigned char src[16], dst[64 * 16];
+  CHECK(message([] {
+          emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
+        }).find("still in flight at exit") != std::string::npos);
+  // Nothing wrong: barriers, exchanges and copies waited for.
+  CHECK(message([] {
+          emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
+          emu::async_commit();
+          emu::async_wait(0);
+          emu::sync_block();
+          int lane = static_cast<int>(emu::thread_idx().x % 32);
+          const unsigned char* all = emu::warp_exchange(&lane, sizeof lane);
+          int other;
+          std::memcpy(&other, all + emu::kSlot * static_cast<size_t>(lane ^ 1), sizeof other);
+          if (other != (lane ^ 1)) fail("test", "lane ", lane, " read ", other);
+        }) == "");
+}
+
+TEST_CASE("the CUDA emulator's copies wait for their group, and its threads' order can change") {
+  namespace emu = cuda_emulator;
+  // A copy lands at the wait that must complete it, not before: the destination still holds
+  // its old bytes in between.
+  static unsigned char src[16], dst[64 * 16];
+  std::memset(src, 7, sizeof src);
+  std::memset(dst, 0, sizeof dst);
+  std::vector<int> before(64), after(64);
+  emu::launch(1, 64, 0, [&] {
+    const unsigned t = emu::thread_idx().x;
+    emu::async_copy_16(dst + 16 * t, src, true);
+    emu::async_commit();
+    before[t] = dst[16 * t];
+    emu::async_wait(0);
+    after[t] = dst[16 * t];
+  });
+  CHECK(before == std::vector<int>(64, 0));
+  CHECK(after == std::vector<int>(64, 7));
+  // A read of another thread's write with no barrier between sees what the order gives it: the
+  // lower thread's value in one order, nothing in the other.
+  const auto unsynchronised = [](emu::Order order) {
+    std::vector<int> shared(64, -1), seen(64);
+    emu::set_order(order);
+    emu::launch(1, 64, 0, [&] {
+      const unsigned t = emu::thread_idx().x;
+      shared[t] = static_cast<int>(t);
+      seen[t] = shared[t ^ 1];
+    });
+    emu::set_order(emu::Order::Forward);
+    return seen;
+  };
+  CHECK(unsynchronised(emu::Order::Forward) != unsynchronised(emu::Order::Reverse));
+}
+
+TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
+  std::mt19937_64 rng(2031);
+  for (int n = 0; n < 24; ++n) {
+    const Config c = random_config(rng);
+    const WarpRows rows(n % 2 ? 32 : 16);
+    DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
+    // float32 tiles above head dim 128 exceed the shared memory (the GPU runs its SIMT kernels).
+    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    compare_config(c, dt, 13000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+  }
+}
