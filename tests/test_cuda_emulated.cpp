@@ -2,8 +2,9 @@
 // tests/cuda_emulator, against the CPU's SDPA: their indices, fragments, option rules, masks,
 // tile walks and copy pipeline are checked in every build, GPU or not (the hardware's own
 // behaviour, timing and rounding are test_cuda_sdpa_mma.cpp's, on a GPU). Each configuration
-// also runs with the block's threads resumed in the opposite order: a result that changes reads
-// shared memory another thread writes without a barrier between.
+// runs twice: threads resumed in order with copies landing at their wait, then in the opposite
+// order with copies landing at once. A result that changes reads shared memory another thread
+// writes (or a copy refills) without a barrier between.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,13 +53,14 @@ std::pair<SdpaResult, SdpaGrads> run_emulated(const Tensor& q, const Tensor& k, 
   return {r, g};
 }
 
-// The same results, bitwise, with the threads resumed in the opposite order.
+// The same results, bitwise, with the threads resumed in the opposite order and the copies landing
+// as soon as they are issued.
 std::pair<SdpaResult, SdpaGrads> run_both_orders(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& dout, const SdpaOptions& o) {
   auto forward = run_emulated(q, k, v, dout, o);
-  cuda_emulator::set_order(cuda_emulator::Order::Reverse);
+  cuda_emulator::set_schedule(cuda_emulator::Order::Reverse, cuda_emulator::Copies::AtIssue);
   const auto reverse = run_emulated(q, k, v, dout, o);
-  cuda_emulator::set_order(cuda_emulator::Order::Forward);
+  cuda_emulator::set_schedule(cuda_emulator::Order::Forward, cuda_emulator::Copies::AtWait);
   const auto bits = [](const Tensor& t) {
     return t.defined() ? t.to(kFloat64).to_vector<double>() : std::vector<double>{};
   };
@@ -128,35 +130,42 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
         }) == "");
 }
 
-TEST_CASE("the CUDA emulator's copies wait for their group, and its threads' order can change") {
+TEST_CASE(
+    "the CUDA emulator's schedules: copies at their wait or at once, threads in either order") {
   namespace emu = cuda_emulator;
   // A copy lands at the wait that must complete it, not before: the destination still holds
   // its old bytes in between.
   static unsigned char src[16], dst[64 * 16];
   std::memset(src, 7, sizeof src);
-  std::memset(dst, 0, sizeof dst);
-  std::vector<int> before(64), after(64);
-  emu::launch(1, 64, 0, [&] {
-    const unsigned t = emu::thread_idx().x;
-    emu::async_copy_16(dst + 16 * t, src, true);
-    emu::async_commit();
-    before[t] = dst[16 * t];
-    emu::async_wait(0);
-    after[t] = dst[16 * t];
-  });
-  CHECK(before == std::vector<int>(64, 0));
-  CHECK(after == std::vector<int>(64, 7));
+  const auto copy = [&](emu::Copies copies) {
+    std::memset(dst, 0, sizeof dst);
+    std::vector<int> before(64), after(64);
+    emu::set_schedule(emu::Order::Forward, copies);
+    emu::launch(1, 64, 0, [&] {
+      const unsigned t = emu::thread_idx().x;
+      emu::async_copy_16(dst + 16 * t, src, true);
+      emu::async_commit();
+      before[t] = dst[16 * t];
+      emu::async_wait(0);
+      after[t] = dst[16 * t];
+    });
+    emu::set_schedule(emu::Order::Forward, emu::Copies::AtWait);
+    return std::pair{before, after};
+  };
+  CHECK(copy(emu::Copies::AtWait) == std::pair{std::vector<int>(64, 0), std::vector<int>(64, 7)});
+  // Or, the other extreme, as soon as they are issued.
+  CHECK(copy(emu::Copies::AtIssue) == std::pair{std::vector<int>(64, 7), std::vector<int>(64, 7)});
   // A read of another thread's write with no barrier between sees what the order gives it: the
   // lower thread's value in one order, nothing in the other.
   const auto unsynchronised = [](emu::Order order) {
     std::vector<int> shared(64, -1), seen(64);
-    emu::set_order(order);
+    emu::set_schedule(order, emu::Copies::AtWait);
     emu::launch(1, 64, 0, [&] {
       const unsigned t = emu::thread_idx().x;
       shared[t] = static_cast<int>(t);
       seen[t] = shared[t ^ 1];
     });
-    emu::set_order(emu::Order::Forward);
+    emu::set_schedule(emu::Order::Forward, emu::Copies::AtWait);
     return seen;
   };
   CHECK(unsynchronised(emu::Order::Forward) != unsynchronised(emu::Order::Reverse));

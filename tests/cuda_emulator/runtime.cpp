@@ -1,7 +1,6 @@
 // The emulator's fibers and barriers (runtime.h). A block's threads are ucontext fibers on the
-// calling thread; the scheduler resumes each runnable one in turn (in set_order()'s order) until
-// it waits at a barrier or returns, and a pass that resumes nobody while threads remain is a
-// deadlock.
+// calling thread; the scheduler resumes the first runnable one in set_schedule()'s order until
+// it waits at a barrier or returns, and none runnable while threads remain is a deadlock.
 #include "tests/cuda_emulator/runtime.h"
 
 #include <ucontext.h>
@@ -63,6 +62,7 @@ struct State {
   const std::function<void()>* body = nullptr;
   std::string error;  // the first fault
   Order order = Order::Forward;
+  Copies copies = Copies::AtWait;
 };
 
 State& state() {
@@ -157,25 +157,27 @@ void run_block(State& s, size_t shared_bytes) {
     f.ctx.uc_link = &s.scheduler;
     makecontext(&f.ctx, entry, 0);
   }
+  // Always the first runnable thread in the order: each warp runs ahead of the ones after it
+  // as far as the barriers allow, so a missing barrier shows.
   for (;;) {
-    bool progress = false, all_done = true;
-    for (unsigned k = 0; k < n && s.error.empty(); ++k) {
+    Fiber* next = nullptr;
+    bool all_done = true;
+    for (unsigned k = 0; k < n && !next; ++k) {
       Fiber& f = s.fibers[s.order == Order::Forward ? k : n - 1 - k];
       if (f.done) continue;
       all_done = false;
-      if (!ready(s, f)) continue;
-      f.wait = Wait::None;
-      s.current = &f;
-      swapcontext(&s.scheduler, &f.ctx);
-      s.current = nullptr;
-      progress = true;
+      if (ready(s, f)) next = &f;
     }
-    if (!s.error.empty()) break;
     if (all_done) break;
-    if (!progress) {
+    if (!next) {
       fault("deadlock:" + waiting(s));
       break;
     }
+    next->wait = Wait::None;
+    s.current = next;
+    swapcontext(&s.scheduler, &next->ctx);
+    s.current = nullptr;
+    if (!s.error.empty()) break;
   }
   if (s.error.empty()) {
     for (const Shared& a : shared_arrays()) {
@@ -197,7 +199,10 @@ const Index3& block_idx() { return state().block; }
 const Index3& block_dim() { return state().bdim; }
 const Index3& grid_dim() { return state().gdim; }
 
-void set_order(Order o) { state().order = o; }
+void set_schedule(Order order, Copies copies) {
+  state().order = order;
+  state().copies = copies;
+}
 
 bool register_shared(unsigned char* data, size_t bytes) {
   shared_arrays().push_back({data, bytes});
@@ -255,8 +260,20 @@ const unsigned char* warp_exchange(const void* in, size_t bytes) {
   return &w.slots[bank][0][0];
 }
 
+namespace {
+void land(const Copy& c) {
+  if (c.valid) {
+    std::memcpy(c.dst, c.src, 16);
+  } else {
+    std::memset(c.dst, 0, 16);
+  }
+}
+}  // namespace
+
 void async_copy_16(void* dst, const void* src, bool valid) {
-  me().open.push_back({dst, src, valid});
+  const Copy c{dst, src, valid};
+  if (state().copies == Copies::AtIssue) land(c);
+  me().open.push_back(c);  // still counted in its group, to be waited for
 }
 
 void async_commit() {
@@ -268,13 +285,8 @@ void async_commit() {
 void async_wait(int pending) {
   Fiber& f = me();
   while (f.groups.size() > static_cast<size_t>(pending)) {
-    for (const Copy& c : f.groups.front()) {
-      if (c.valid) {
-        std::memcpy(c.dst, c.src, 16);
-      } else {
-        std::memset(c.dst, 0, 16);
-      }
-    }
+    if (state().copies == Copies::AtWait)
+      for (const Copy& c : f.groups.front()) land(c);
     f.groups.pop_front();
   }
 }

@@ -26,10 +26,15 @@ const Index3& block_idx();
 const Index3& block_dim();
 const Index3& grid_dim();
 
-// The order in which a block's threads are resumed: a kernel whose result depends on it reads
-// shared memory another thread writes without a barrier between them.
+// How a block's threads are scheduled. The order in which they run: the first runnable thread
+// in it runs until it waits, so each warp runs ahead of the later ones as far as the barriers
+// allow, and a kernel whose result depends on the order reads shared memory another thread
+// writes without a barrier between. When
+// cp.async copies land: at the wait that must complete them (a read before it sees the old
+// bytes), or at once (a copy into a buffer other threads still read overwrites it).
 enum class Order { Forward, Reverse };
-void set_order(Order o);
+enum class Copies { AtWait, AtIssue };
+void set_schedule(Order order, Copies copies);
 
 // Runs body() as every thread of `blocks` blocks of `threads` threads (a multiple of 32), with
 // `shared_bytes` of dynamic shared memory. Throws tg::Error ("[cuda emulator] ...") on the
@@ -56,8 +61,7 @@ void sync_block();
 constexpr size_t kSlot = 64;
 const unsigned char* warp_exchange(const void* in, size_t bytes);
 
-// cp.async: a 16-byte copy (zeros when !valid) deferred to the wait that must complete it, so a
-// read of its destination before that wait sees the old bytes.
+// cp.async: a 16-byte copy (zeros when !valid), landing as set_schedule() says.
 void async_copy_16(void* dst, const void* src, bool valid);
 void async_commit();
 void async_wait(int pending);  // completes all but this thread's `pending` newest groups
