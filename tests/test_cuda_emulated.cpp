@@ -102,15 +102,22 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
           if (emu::thread_idx().x == 5) {
             emu::sync_block();
           } else {
-            emu::warp_exchange(&x, sizeof x);
+            emu::warp_exchange("test", &x, sizeof x);
           }
         }).find("[cuda emulator] deadlock") != std::string::npos);
   // A lane that leaves while its warp waits in a collective.
   CHECK(message([] {
           if (emu::thread_idx().x == 3) return;
           int x = 1;
-          emu::warp_exchange(&x, sizeof x);
+          emu::warp_exchange("test", &x, sizeof x);
         }).find("a lane exited while its warp waits") != std::string::npos);
+  // Lanes of one warp in different collectives (a shuffle some lanes skip).
+  CHECK(message([] {
+          int x = 1;
+          if (emu::thread_idx().x % 32 != 7) emu::warp_exchange("shfl", &x, sizeof x);
+          emu::warp_exchange("ldmatrix", &x, sizeof x);
+        }).find("lanes of a warp in different collectives: shfl and ldmatrix") !=
+        std::string::npos);
   // A copy never waited for.
   static unsigned char src[16], dst[64 * 16];
   CHECK(message([] {
@@ -123,7 +130,7 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
           emu::async_wait(0);
           emu::sync_block();
           int lane = static_cast<int>(emu::thread_idx().x % 32);
-          const unsigned char* all = emu::warp_exchange(&lane, sizeof lane);
+          const unsigned char* all = emu::warp_exchange("test", &lane, sizeof lane);
           int other;
           std::memcpy(&other, all + emu::kSlot * static_cast<size_t>(lane ^ 1), sizeof other);
           if (other != (lane ^ 1)) fail("test", "lane ", lane, " read ", other);
@@ -181,5 +188,33 @@ TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
     if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
     INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
     compare_config(c, dt, 13000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+  }
+}
+
+TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as the scores say") {
+  // Scores rising along the keys by about 15 (log2 units) per 64-key tile, so every tile moves
+  // each row's base (kRescaleLog2 = 8), then falling, so that none does: the output and
+  // statistics agree with the CPU either way, and with 16 and 32 rows per warp bitwise (each
+  // row decides alone).
+  for (const bool rising : {true, false}) {
+    std::vector<double> kv(256 * 64);
+    for (int64_t j = 0; j < 256; ++j)
+      for (int64_t d = 0; d < 64; ++d)
+        kv[static_cast<size_t>(j * 64 + d)] = 0.02 * static_cast<double>(rising ? j : 255 - j);
+    const Tensor q = full({1, 2, 96, 64}, 1.0).to(kBFloat16);
+    const Tensor k = from_vector(kv, {1, 1, 256, 64}).expand({1, 2, 256, 64}).to(kBFloat16);
+    const Tensor v = tgtest::rnd({1, 2, 256, 64}, 5).to(kBFloat16);
+    const Tensor dout = tgtest::rnd({1, 2, 96, 64}, 6).to(kBFloat16);
+    const SdpaResult cpu = sdpa_forward(q, k, v, {});
+    std::vector<std::vector<double>> bits;
+    for (const int rows : {16, 32}) {
+      const WarpRows mode(rows);
+      const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
+      INFO((rising ? "rising" : "falling") << " scores, " << rows << " rows per warp");
+      check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
+      check_close("stats", cpu.stats, r.stats, 1e-5);
+      bits.push_back(r.out.to(kFloat64).to_vector<double>());
+    }
+    CHECK(bits[0] == bits[1]);
   }
 }

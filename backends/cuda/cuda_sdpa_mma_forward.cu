@@ -87,17 +87,26 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         }
       }
     }
+    // A row's base m moves only when the tile's largest score exceeds it by more than 2^8
+    // (kRescaleLog2, FlashAttention-4's conditional rescaling): its probabilities are then at
+    // most 2^8, which float32 sums and 16-bit P hold as well as values up to 1, and out and the
+    // statistics are the same ratios. Most tiles move no row's base, and then the warp skips
+    // rescaling its accumulators. Each row decides alone, so its sums do not depend on the
+    // other rows a warp holds.
     float alpha[kM][2], base[kM][2];
+    bool moved = false;
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(mr[sl][r], quad_max(mx[sl][r]));
-        alpha[sl][r] =
-            m_new == kNegInf ? 1.0f : mma::exp2_ftz(mr[sl][r] - m_new);  // 0 while m = -inf
+        const float m_tile = quad_max(mx[sl][r]);
+        // False while both are -inf; true at the first tile that shows the row a key.
+        const bool up = m_tile > mr[sl][r] + kRescaleLog2;
+        alpha[sl][r] = up ? mma::exp2_ftz(mr[sl][r] - m_tile) : 1.0f;  // 0 from m = -inf
+        if (up) mr[sl][r] = m_tile;
+        moved |= up;
         // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
-        base[sl][r] = m_new == kNegInf ? 0.0f : m_new;
-        mr[sl][r] = m_new;
+        base[sl][r] = mr[sl][r] == kNegInf ? 0.0f : mr[sl][r];
         l[sl][r] *= alpha[sl][r];
       }
       // Interior scores are still raw products; the others are scores already (fmaf by 1 is
@@ -132,10 +141,15 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf[sl], nt, s[sl][nt]);
+    }
+    if (__any_sync(0xffffffffu, moved)) {  // alpha is 1 where a row's base stayed
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
+      for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[sl][dt][e] *= alpha[sl][e / 2];
+        for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[sl][dt][e] *= alpha[sl][e / 2];
+        }
       }
     }
     warp_pv<S, kD, kN, kM>(pf, Vs + buf * kN * kP, o);

@@ -48,7 +48,10 @@ void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const char* n
   if (smem)
     TG_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s> > >(args...);
+  // clang-format takes a .cuh for C++, where >>> is not one token.
+  // clang-format off
+  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s>>>(args...);
+  // clang-format on
 #endif
   check_launch(name);
 }

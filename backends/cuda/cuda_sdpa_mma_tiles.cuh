@@ -48,6 +48,8 @@ constexpr int kPitch = kD + kPerCopy<S>;  // a shared row: 16 bytes more than kD
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// The forward moves a row's base maximum when a tile exceeds it by more than this (log2 units).
+constexpr float kRescaleLog2 = 8.0f;
 
 // Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
 // of 16 bytes, 16-byte aligned data, widths multiples of 16 bytes.

@@ -52,13 +52,26 @@ template <class T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
   static_assert(sizeof(T) <= ::tg::cuda_emulator::kSlot);
   if (mask != 0xffffffffu) ::tg::fail("cuda emulator", "__shfl_xor_sync with a partial mask");
-  const unsigned char* all = ::tg::cuda_emulator::warp_exchange(&v, sizeof(T));
+  const unsigned char* all = ::tg::cuda_emulator::warp_exchange("shfl", &v, sizeof(T));
   T out;
   const unsigned lane = threadIdx.x % 32;
   std::memcpy(&out,
               all + ((lane ^ static_cast<unsigned>(lane_mask)) % 32) * ::tg::cuda_emulator::kSlot,
               sizeof(T));
   return out;
+}
+
+inline int __any_sync(unsigned mask, int predicate) {
+  if (mask != 0xffffffffu) ::tg::fail("cuda emulator", "__any_sync with a partial mask");
+  const unsigned char* all =
+      ::tg::cuda_emulator::warp_exchange("vote.any", &predicate, sizeof predicate);
+  int any = 0;
+  for (unsigned l = 0; l < 32; ++l) {
+    int p;
+    std::memcpy(&p, all + l * ::tg::cuda_emulator::kSlot, sizeof p);
+    any |= p != 0;
+  }
+  return any;
 }
 
 // Device code's integer min (CUDA's overloads).

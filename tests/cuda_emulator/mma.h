@@ -47,7 +47,7 @@ inline double tf32_value(uint32_t r) {
 // ldmatrix.x4: lanes 8 m .. 8 m + 7 point at the rows of 8 x 8 tile m; lane L receives row L / 4,
 // values 2 (L % 4), 2 (L % 4) + 1 of each (of its transpose with `trans`).
 inline void ldmatrix(uint32_t (&r)[4], const void* row, bool trans) {
-  const unsigned char* all = ::tg::cuda_emulator::warp_exchange(&row, sizeof row);
+  const unsigned char* all = ::tg::cuda_emulator::warp_exchange("ldmatrix", &row, sizeof row);
   const unsigned L = lane(), g = L / 4, t = L % 4;
   const auto row_of = [&](unsigned l) {
     const uint16_t* p;
@@ -66,7 +66,7 @@ struct MmaIn {
 };
 inline const unsigned char* exchange(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const MmaIn in{{a[0], a[1], a[2], a[3]}, {b0, b1}};
-  return ::tg::cuda_emulator::warp_exchange(&in, sizeof in);
+  return ::tg::cuda_emulator::warp_exchange("mma", &in, sizeof in);
 }
 inline const MmaIn& in_of(const unsigned char* all, unsigned l) {
   return *reinterpret_cast<const MmaIn*>(slot(all, l));

@@ -44,6 +44,7 @@ struct WarpState {
   unsigned arrived = 0, live = 32;
   uint64_t gen = 0;
   unsigned char slots[2][32][kSlot];
+  const char* what[2] = {nullptr, nullptr};  // each bank's collective, set by its first lane
 };
 
 struct Shared {
@@ -243,12 +244,18 @@ void sync_block() {
   yield();
 }
 
-const unsigned char* warp_exchange(const void* in, size_t bytes) {
+const unsigned char* warp_exchange(const char* what, const void* in, size_t bytes) {
   State& s = state();
   Fiber& f = me();
   WarpState& w = s.warps[f.tid.x / 32];
   const int bank = static_cast<int>(f.exchanges++ & 1);
   std::memcpy(w.slots[bank][f.tid.x % 32], in, bytes);
+  if (w.arrived == 0) {
+    w.what[bank] = what;
+  } else if (std::strcmp(w.what[bank], what) != 0) {
+    fault(std::string("lanes of a warp in different collectives: ") + w.what[bank] + " and " +
+          what);
+  }
   if (++w.arrived == w.live) {
     w.arrived = 0;
     ++w.gen;

@@ -55,11 +55,12 @@ bool register_shared(unsigned char* data, size_t bytes);
 // __syncthreads().
 void sync_block();
 
-// A warp-wide exchange: every lane of the caller's warp passes `bytes` (at most kSlot) from
-// `in`; once all have, returns the 32 lanes' values, lane L's at offset L * kSlot. They stay
-// valid until the caller's next exchange.
+// A warp-wide exchange, the collective `what` names ("shfl", "ldmatrix", ...): every lane of
+// the caller's warp passes `bytes` (at most kSlot) from `in`; once all have, returns the 32
+// lanes' values, lane L's at offset L * kSlot. They stay valid until the caller's next exchange.
+// Lanes of one warp in different collectives are a fault.
 constexpr size_t kSlot = 64;
-const unsigned char* warp_exchange(const void* in, size_t bytes);
+const unsigned char* warp_exchange(const char* what, const void* in, size_t bytes);
 
 // cp.async: a 16-byte copy (zeros when !valid), landing as set_schedule() says.
 void async_copy_16(void* dst, const void* src, bool valid);
