@@ -34,6 +34,17 @@ using tg::SdpaResult;
 using tg::Shape;
 using tg::Tensor;
 
+// A setting (kGet / kSet) changed for a scope and restored after it.
+template <class T, T (*kGet)(), void (*kSet)(T)>
+struct Scoped {
+  T was = kGet();
+  explicit Scoped(T value) { kSet(value); }
+  ~Scoped() { kSet(was); }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+};
+using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_rows>;
+
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
 // and each product drops lo lo and the two e terms, 3 x 2^-22 of |a b|, so 2^-20. The CPU's

@@ -74,15 +74,6 @@ std::pair<SdpaResult, SdpaGrads> run_both_orders(const Tensor& q, const Tensor& 
   return forward;
 }
 
-// cuda_sdpa_warp_rows() for a scope.
-struct WarpRows {
-  int was = cuda_sdpa_warp_rows();
-  explicit WarpRows(int rows) { set_cuda_sdpa_warp_rows(rows); }
-  ~WarpRows() { set_cuda_sdpa_warp_rows(was); }
-  WarpRows(const WarpRows&) = delete;
-  WarpRows& operator=(const WarpRows&) = delete;
-};
-
 }  // namespace
 
 TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {

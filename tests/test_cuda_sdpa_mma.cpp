@@ -17,17 +17,7 @@ using namespace sdpamma;
 
 namespace {
 
-// A setting (kGet / kSet) changed for a scope and restored after it.
-template <class T, T (*kGet)(), void (*kSet)(T)>
-struct Scoped {
-  T was = kGet();
-  explicit Scoped(T value) { kSet(value); }
-  ~Scoped() { kSet(was); }
-  Scoped(const Scoped&) = delete;
-  Scoped& operator=(const Scoped&) = delete;
-};
 using TensorCores = Scoped<bool, cuda_sdpa_tensor_cores, set_cuda_sdpa_tensor_cores>;
-using WarpRows = Scoped<int, cuda_sdpa_warp_rows, set_cuda_sdpa_warp_rows>;
 
 // set_float32_matmul_precision for a scope.
 struct Float32Precision {

@@ -71,6 +71,18 @@ inline const unsigned char* exchange(const uint32_t (&a)[4], uint32_t b0, uint32
 inline const MmaIn& in_of(const unsigned char* all, unsigned l) {
   return *reinterpret_cast<const MmaIn*>(slot(all, l));
 }
+// d += A B for this lane's C elements (row g, columns 2t, 2t + 1; then row g + 8), a(r, c) and
+// b(k, n) reading the warp's gathered operands: each sum exact in double, rounded once.
+template <unsigned kK, class A, class B>
+void accumulate(float (&d)[4], const A& a, const B& b) {
+  const unsigned g = lane() / 4, t = lane() % 4;
+  for (unsigned e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    double sum = d[e];
+    for (unsigned k = 0; k < kK; ++k) sum += a(row, k) * b(k, col);
+    d[e] = static_cast<float>(sum);
+  }
+}
 }  // namespace emulated
 
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { emulated::ldmatrix(r, row, false); }
@@ -84,7 +96,6 @@ template <class S>
 void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   using namespace emulated;
   const unsigned char* all = exchange(a, b0, b1);
-  const unsigned L = lane(), g = L / 4, t = L % 4;
   const auto A = [&](unsigned r, unsigned c) {
     const MmaIn& x = in_of(all, (r % 8) * 4 + (c % 8) / 2);
     return widen<S>(half_of(x.a[(r >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
@@ -93,14 +104,7 @@ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) 
     const MmaIn& x = in_of(all, n * 4 + (k % 8) / 2);
     return widen<S>(half_of(x.b[k >= 8 ? 1 : 0], static_cast<int>(k % 2)));
   };
-  float out[4];
-  for (unsigned e = 0; e < 4; ++e) {
-    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
-    double sum = d[e];
-    for (unsigned k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
-    out[e] = static_cast<float>(sum);
-  }
-  for (unsigned e = 0; e < 4; ++e) d[e] = out[e];
+  accumulate<16>(d, A, B);
 }
 
 // cvt.rna.tf32.f32: to 10 fraction bits, to nearest with ties away from zero.
@@ -116,21 +120,13 @@ inline uint32_t to_tf32(float x) {
 inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   using namespace emulated;
   const unsigned char* all = exchange(a, b0, b1);
-  const unsigned L = lane(), g = L / 4, t = L % 4;
   const auto A = [&](unsigned r, unsigned c) {
     return tf32_value(in_of(all, (r % 8) * 4 + c % 4).a[(r >= 8 ? 1 : 0) + (c >= 4 ? 2 : 0)]);
   };
   const auto B = [&](unsigned k, unsigned n) {
     return tf32_value(in_of(all, n * 4 + k % 4).b[k >= 4 ? 1 : 0]);
   };
-  float out[4];
-  for (unsigned e = 0; e < 4; ++e) {
-    const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
-    double sum = d[e];
-    for (unsigned k = 0; k < 8; ++k) sum += A(row, k) * B(k, col);
-    out[e] = static_cast<float>(sum);
-  }
-  for (unsigned e = 0; e < 4; ++e) d[e] = out[e];
+  accumulate<8>(d, A, B);
 }
 
 inline void cp_async_16(void* dst, const void* src, bool valid) {
