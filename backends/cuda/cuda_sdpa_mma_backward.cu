@@ -24,15 +24,13 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   S* Ks = dOs + kBlockRows * kP;  // two buffers of kN rows each
   S* Vs = Ks + 2 * kN * kP;
   const int warp = threadIdx.x / 32;
-  const int64_t tiles = (a.Sq + kBlockRows - 1) / kBlockRows, blk = blockIdx.x;
-  const int64_t i0 = (blk % tiles) * kBlockRows, h = (blk / tiles) % a.Hq, b = blk / (tiles * a.Hq);
-  const SdpaSequence sq = a.seq(b);
+  const QueryBlock qb = query_block(a, kBlockRows);
+  const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
+  const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;
-  const int64_t hk = h / (a.Hq / a.Hk), q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  const int64_t q_end = sq.q0 + sq.rows_q;
   const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's and the score gradient's rows
   const float slope = a.slope_of(h);
-  const S* kbase = slice(a.k, a.ks, b, hk);
-  const S* vbase = slice(a.v, a.vs, b, hk);
   load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr,
                                vec.q);
   load_rows<S, kD, kBlockRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv,
@@ -40,11 +38,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   int64_t lo, hi;
   key_range(a, sq, i0, kBlockRows, lo, hi);
   const auto load_kv = [&](int64_t it, int buf) {
-    const int64_t j0 = lo + it * kN;
-    load_rows<S, kD, kN>(Ks + buf * kN * kP, kbase, a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
-                         vec.k);
-    load_rows<S, kD, kN>(Vs + buf * kN * kP, vbase, a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
-                         vec.v);
+    load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, lo + it * kN, nullptr,
+                            vec);
   };
   const int64_t n_tiles = (hi - lo + kN - 1) / kN;
   if (n_tiles > 0) load_kv(0, 0);

@@ -118,6 +118,38 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
   }
 }
 
+// Where a forward or dQ block of `rows` query rows lies: its first row i0, head h, key/value
+// head hk, batch b and b's sequence (i0 may lie past a ragged sequence's rows: the whole block
+// then has nothing to do).
+struct QueryBlock {
+  int64_t i0, h, hk, b;
+  SdpaSequence sq;
+};
+template <class S>
+__device__ __forceinline__ QueryBlock query_block(const Args<float, S>& a, int64_t rows) {
+  const int64_t tiles = (a.Sq + rows - 1) / rows, blk = blockIdx.x;
+  QueryBlock q;
+  q.i0 = (blk % tiles) * rows;
+  q.h = (blk / tiles) % a.Hq;
+  q.b = blk / (tiles * a.Hq);
+  q.hk = q.h / (a.Hq / a.Hk);
+  q.sq = a.seq(q.b);
+  return q;
+}
+
+// Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
+// rows read through an index, else null).
+template <class S, int kD, int kN>
+__device__ __forceinline__ void load_kv_tile(const Args<float, S>& a, const QueryBlock& q, S* Ks,
+                                             S* Vs, int64_t j0, const int64_t* at,
+                                             const Vectorized& vec) {
+  const int64_t kv_end = q.sq.kv0 + q.sq.rows_kv;
+  load_rows<S, kD, kN>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0, kv_end, a.Dqk, at,
+                       vec.k);
+  load_rows<S, kD, kN>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0, kv_end, a.Dv, at,
+                       vec.v);
+}
+
 // The A fragments of kM row slices as S's products take them: the registers themselves
 // (16-bit), or split into TF32 halves (float), once for every column tile of their k-step.
 template <class S, int kM>
