@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli_checks.h"
+#include "stop_signals.h"
 #include "train_progress.h"
 #include "train_ranks.h"
 
@@ -282,24 +283,6 @@ void save_checkpoint(const Args& a, const tg::nn::TransformerConfig& cfg, const 
   tg::nn::save_training_checkpoint(a.out, model, opt, meta, {{"loss.csv", csv}});
 }
 
-// SIGINT / SIGTERM: the first finishes the current step, writes a checkpoint and ends the run
-// with status 128 + the signal (130, 143); a second one ends the process at once.
-volatile std::sig_atomic_t g_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_signal) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_signal = sig;
-}
-
-void install_signal_handlers() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-}
-
 // For the crash-safety tests: TAPEGRAD_CHECKPOINT_FAULT=<stage>:<n> ends the process with
 // status 3 when the n-th checkpoint save reaches <stage> (see save_training_checkpoint).
 void install_fault_hook() {
@@ -338,7 +321,7 @@ int train(const Args& a, const Data& data, const tg::nn::TransformerConfig& cfg,
         tg::nn::train_step(
             model, opt, b, dropout,
             {.clip = a.clip, .precision = precision.dtype(), .scaler = precision.loss_scaler()}),
-        static_cast<int>(g_signal));
+        stop::requested_stop());
     if (!lead) {
       if (done.signal && step + 1 < a.steps) return 128 + done.signal;
       continue;
@@ -486,7 +469,9 @@ int run(const Args& a) {
   // From here a rank that fails ends the job (dist::abort): the others may be in a collective.
   try {
     tg::nn::DistributedDataParallel ddp(*s->model);  // gradients averaged over the ranks
-    install_signal_handlers();
+    // SIGINT / SIGTERM from here: the first finishes the current step, writes a checkpoint and
+    // ends the run with status 128 + the signal (130, 143); a second ends the process at once.
+    stop::defer_stop_signals();
     if (lead) {
       print_header(a, s->data, s->cfg, *s->model, s->first, s->precision.name);
       std::fflush(stdout);
@@ -496,9 +481,9 @@ int run(const Args& a) {
       return stopped;
     }
     if (!lead) return 0;
-    if (g_signal) return 128 + g_signal;  // during the last step: its checkpoint is written
-    std::signal(SIGINT, SIG_DFL);         // the run is saved: the final evaluation stops at once
-    std::signal(SIGTERM, SIG_DFL);
+    // The run is saved: a signal now stops the final evaluation at once. One that came during
+    // the last step ends the run here, its checkpoint written.
+    if (const int sig = stop::end_at_once_on_signals()) return 128 + sig;
     print_results(a, s->data, *s->model);
     return 0;
   } catch (const std::exception& e) {
@@ -571,6 +556,7 @@ int parse_and_run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  stop::start_signal_thread();  // before any other thread starts (stop_signals.h says why)
   try {
     return parse_and_run(argc, argv);
   } catch (const std::exception& e) {  // building the flags themselves failed
