@@ -2,7 +2,8 @@
 // for the SDPA kernel's own tile products (backends/cpu/tile_gemm.h):
 //  1. the reference transformer's training-step products (bench_train_step's model: 2048
 //     tokens, d_model 256, packed q/k/v 384, SwiGLU 2 x 768), forward and both gradients, on
-//     [threads] threads: OpenBLAS, BLIS, oneDNN, Eigen;
+//     [threads] threads: OpenBLAS, BLIS, oneDNN (its sgemm, which tg::matmul no longer calls:
+//     backends/cpu/cpu_gemm.cpp says why; table 2 shows what tg::matmul gets), Eigen;
 //  2. the same products through tg::matmul in float32 and bfloat16, on [threads] threads: the
 //     bfloat16 ones multiply natively where the machine line says "bf16 native", else widen to
 //     float32 (ONEDNN_MAX_CPU_ISA=AVX512_CORE forces the widening on such a machine);

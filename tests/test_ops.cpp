@@ -1,4 +1,8 @@
 // Forward values of every op against analytic spot values or a plain reference loop.
+#include <signal.h>
+#include <sys/time.h>
+
+#include <atomic>
 #include <cmath>
 
 #include "ops/unary_op.h"
@@ -189,7 +193,8 @@ TEST_CASE("matmul through every GEMM library of the build (cpu_gemm)") {
     INFO("GEMM library " << name);
     set_cpu_gemm(name);
     CHECK(cpu_gemm() == name);
-    for (const auto& [x, y] : {std::pair{a, b}, std::pair{at, bt}, std::pair{a, bt}}) {
+    for (const auto& [x, y] :
+         {std::pair{a, b}, std::pair{at, bt}, std::pair{a, bt}, std::pair{at, b}}) {
       auto got = matmul(x.to(kFloat32), y.to(kFloat32)).to_vector<double>();
       for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - ref[i]) < 1e-4);
       check_close(matmul(x, y).to_vector<double>(), ref);  // float64: OpenBLAS or Eigen
@@ -207,6 +212,36 @@ TEST_CASE("matmul through every GEMM library of the build (cpu_gemm)") {
   set_cpu_gemm(before);
   tgtest::check_throws_with_prefix([] { set_cpu_gemm("mkl"); }, "[cpu_gemm]", "'mkl'");
   CHECK(cpu_gemm() == before);
+}
+
+// A signal handler runs on the stack of the thread it interrupts, below its stack pointer.
+// oneDNN 2.7's AVX-512 sgemm points that into a heap buffer while it runs (oneDNN issue
+// #4845), so a profiler's SIGPROF or a training loop's SIGINT landing there corrupted the heap:
+// with dnnl_sgemm behind matmul this test aborted in every run. A SIGPROF every 50 us of CPU
+// time while float32 products run, through every GEMM library of the build.
+TEST_CASE("matmul while signal handlers run, through every GEMM library") {
+  static std::atomic<int> handled{0};
+  struct sigaction on_prof{}, before_action{};
+  on_prof.sa_handler = [](int) { handled.fetch_add(1, std::memory_order_relaxed); };
+  on_prof.sa_flags = SA_RESTART;
+  REQUIRE(sigaction(SIGPROF, &on_prof, &before_action) == 0);
+  itimerval every{{0, 50}, {0, 50}}, off{};
+  REQUIRE(setitimer(ITIMER_PROF, &every, nullptr) == 0);
+  const std::string before = cpu_gemm();
+  const int64_t n = 256;
+  for (const std::string& name : cpu_gemm_choices()) {
+    INFO("GEMM library " << name);
+    set_cpu_gemm(name);
+    for (int i = 0; i < 60; ++i) {
+      // Fresh tensors each time, so that the heap around the GEMM's own buffers keeps changing.
+      Tensor c = matmul(full({n, n}, 1.0, kFloat32), full({n, n}, 0.5, kFloat32).transpose(0, 1));
+      CHECK(c.to_vector<float>()[static_cast<size_t>(i)] == 0.5f * n);
+    }
+  }
+  setitimer(ITIMER_PROF, &off, nullptr);
+  sigaction(SIGPROF, &before_action, nullptr);
+  set_cpu_gemm(before);
+  CHECK(handled.load() > 0);  // the signals did arrive
 }
 
 TEST_CASE("reductions over dims with keepdim") {

@@ -111,19 +111,114 @@ CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 }  // namespace
 #endif
 
+#ifdef TAPEGRAD_ONEDNN
+namespace {
+
+// oneDNN's CPU engine, made once, and a stream on it for each calling thread.
+dnnl_engine_t onednn_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    const dnnl_status_t st = dnnl_engine_create(&e, dnnl_cpu, 0);
+    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's CPU engine failed with status ",
+             static_cast<int>(st));
+    return e;
+  }();
+  return engine;
+}
+
+struct OneDnnStream {
+  dnnl_stream_t stream = nullptr;
+  OneDnnStream() {
+    const dnnl_status_t st =
+        dnnl_stream_create(&stream, onednn_engine(), dnnl_stream_default_flags);
+    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's stream failed with status ",
+             static_cast<int>(st));
+  }
+  ~OneDnnStream() { dnnl_stream_destroy(stream); }
+  OneDnnStream(const OneDnnStream&) = delete;
+  OneDnnStream& operator=(const OneDnnStream&) = delete;
+};
+
+// Owns what dnnl_*_create made, destroying it on every way out.
+template <class T, dnnl_status_t (*Destroy)(T)>
+struct Owned {
+  T handle = nullptr;
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (handle) Destroy(handle);
+  }
+};
+
+// false where oneDNN refuses the strides of `count` matrices (count 1: one matrix for every
+// item of the batch).
+bool matrices(dnnl_memory_desc_t& md, dnnl_data_type_t dt, int64_t count, const Matrices& x,
+              int64_t rows, int64_t cols) {
+  const int64_t ld = std::max<int64_t>(x.ld, 1);
+  dnnl_dims_t dims = {count, rows, cols};
+  dnnl_dims_t strides = {count == 1 ? rows * cols : x.stride, x.t ? 1 : ld, x.t ? ld : 1};
+  return dnnl_memory_desc_init_by_strides(&md, 3, dims, dt, strides) == dnnl_success;
+}
+
+// C_i = op(A_i) op(B_i) for i < batch through oneDNN's matmul primitive; false, nothing
+// written, where oneDNN refuses the layout. The primitive, not dnnl_sgemm: oneDNN 2.7's
+// AVX-512 sgemm kernel points the stack pointer into a heap buffer while it runs, so a signal
+// handler that runs then (a profiler's SIGPROF, a training loop's SIGINT) corrupts the heap
+// (oneDNN issue #4845, fixed in 3.11.2). Under a SIGPROF every 50 us, 384x384 sgemms aborted
+// within 20 ms every time; the matmul primitive (brgemm) ran 3000 of them clean.
+bool onednn_matmul(dnnl_data_type_t dt, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const Matrices& a, const Matrices& b, const Matrices& c) {
+  // A stride of 0 is one matrix for the whole batch: oneDNN broadcasts a batch dim of 1.
+  auto md = [&](dnnl_memory_desc_t& out, const Matrices& x, int64_t rows, int64_t cols) {
+    return matrices(out, dt, x.stride == 0 ? 1 : batch, x, rows, cols);
+  };
+  // op(A) is m x k: A itself is (k x m) row-major when transposed, read through swapped strides.
+  dnnl_memory_desc_t amd, bmd, cmd;
+  dnnl_matmul_desc_t desc;
+  if (!md(amd, a, m, k) || !md(bmd, b, k, n) || !md(cmd, c, m, n) ||
+      dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success)
+    return false;
+  // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
+  // about a microsecond, so nothing is cached here.
+  Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
+  if (dnnl_primitive_desc_create(&pd.handle, &desc, nullptr, onednn_engine(), nullptr) !=
+      dnnl_success)
+    return false;
+  Owned<dnnl_primitive_t, dnnl_primitive_destroy> prim;
+  Owned<dnnl_memory_t, dnnl_memory_destroy> am, bm, cm;
+  // oneDNN only reads the source and weights, though its memory objects take non-const data.
+  auto* ap = const_cast<void*>(a.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto* bp = const_cast<void*>(b.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto* cp = const_cast<void*>(c.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  dnnl_status_t st = dnnl_primitive_create(&prim.handle, pd.handle);
+  if (st == dnnl_success) st = dnnl_memory_create(&am.handle, &amd, onednn_engine(), ap);
+  if (st == dnnl_success) st = dnnl_memory_create(&bm.handle, &bmd, onednn_engine(), bp);
+  if (st == dnnl_success) st = dnnl_memory_create(&cm.handle, &cmd, onednn_engine(), cp);
+  if (st == dnnl_success) {
+    thread_local OneDnnStream stream;
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, am.handle}, {DNNL_ARG_WEIGHTS, bm.handle}, {DNNL_ARG_DST, cm.handle}};
+    st = dnnl_primitive_execute(prim.handle, stream.stream, 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream.stream);
+  }
+  TG_CHECK(st == dnnl_success, "matmul", "oneDNN's ", dt == dnnl_f32 ? "float32" : "bfloat16",
+           " matmul failed with status ", static_cast<int>(st), " for ", batch,
+           " products of m=", m, " n=", n, " k=", k);
+  return true;
+}
+
+}  // namespace
+#endif
+
 bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float* c, int64_t ldc) {
   switch (engine()) {
     case Engine::OneDNN:
 #ifdef TAPEGRAD_ONEDNN
-    {
-      const dnnl_status_t st =
-          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, std::max<int64_t>(lda, 1), b,
-                     std::max<int64_t>(ldb, 1), 0.0f, c, std::max<int64_t>(ldc, 1));
-      TG_CHECK(st == dnnl_success, "matmul", "oneDNN's sgemm failed with status ",
-               static_cast<int>(st), " for m=", m, " n=", n, " k=", k);
-      return true;
-    }
+      // false where oneDNN refuses the layout: the caller's Eigen runs it then
+      return onednn_matmul(dnnl_f32, 1, m, n, k, {a, lda, 0, ta}, {b, ldb, 0, tb},
+                           {c, ldc, 0, false});
 #endif
       return false;
     case Engine::OpenBLAS:
@@ -158,101 +253,16 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const doubl
   return false;
 }
 
+bool library_gemm_batch(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, const Matrices& a,
+                        const Matrices& b, void* c, int64_t ldc, int64_t stride_c) {
 #ifdef TAPEGRAD_ONEDNN
-namespace {
-
-// oneDNN's CPU engine, made once, and a stream on it for each calling thread.
-dnnl_engine_t onednn_engine() {
-  static const dnnl_engine_t engine = [] {
-    dnnl_engine_t e = nullptr;
-    const dnnl_status_t st = dnnl_engine_create(&e, dnnl_cpu, 0);
-    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's CPU engine failed with status ",
-             static_cast<int>(st));
-    return e;
-  }();
-  return engine;
-}
-
-struct OneDnnStream {
-  dnnl_stream_t stream = nullptr;
-  OneDnnStream() {
-    const dnnl_status_t st =
-        dnnl_stream_create(&stream, onednn_engine(), dnnl_stream_default_flags);
-    TG_CHECK(st == dnnl_success, "matmul", "oneDNN's stream failed with status ",
-             static_cast<int>(st));
-  }
-  ~OneDnnStream() { dnnl_stream_destroy(stream); }
-  OneDnnStream(const OneDnnStream&) = delete;
-  OneDnnStream& operator=(const OneDnnStream&) = delete;
-};
-
-// `count` row-major (rows x cols) bfloat16 matrices `stride` elements apart (count 1: one
-// matrix for every item of the batch), each with row stride ld, or their transposes when t;
-// false where oneDNN refuses the strides.
-bool bf16_matrices(dnnl_memory_desc_t& md, int64_t count, int64_t stride, int64_t rows,
-                   int64_t cols, int64_t ld, bool t) {
-  dnnl_dims_t dims = {count, rows, cols};
-  dnnl_dims_t strides = {count == 1 ? rows * cols : stride, t ? 1 : ld, t ? ld : 1};
-  return dnnl_memory_desc_init_by_strides(&md, 3, dims, dnnl_bf16, strides) == dnnl_success;
-}
-
-// Owns what dnnl_*_create made, destroying it on every way out.
-template <class T, dnnl_status_t (*Destroy)(T)>
-struct Owned {
-  T handle = nullptr;
-  Owned() = default;
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  ~Owned() {
-    if (handle) Destroy(handle);
-  }
-};
-
-}  // namespace
-#endif
-
-bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Matrices& a,
-                       const Bf16Matrices& b, bfloat16* c, int64_t ldc, int64_t stride_c) {
-#ifdef TAPEGRAD_ONEDNN
-  if (!cpu_gemm_bf16_native()) return false;
-  // A stride of 0 is one matrix for the whole batch: oneDNN broadcasts a batch dim of 1.
-  auto md = [batch](dnnl_memory_desc_t& out, const Bf16Matrices& x, int64_t rows, int64_t cols) {
-    return bf16_matrices(out, x.stride == 0 ? 1 : batch, x.stride, rows, cols,
-                         std::max<int64_t>(x.ld, 1), x.t);
-  };
-  // op(A) is m x k: A itself is (k x m) row-major when transposed, read through swapped strides.
-  dnnl_memory_desc_t amd, bmd, cmd;
-  dnnl_matmul_desc_t desc;
-  if (!md(amd, a, m, k) || !md(bmd, b, k, n) || !md(cmd, {c, ldc, stride_c, false}, m, n) ||
-      dnnl_matmul_desc_init(&desc, &amd, &bmd, nullptr, &cmd) != dnnl_success)
+  if (dt == kFloat32 ? engine() != Engine::OneDNN : dt != kBFloat16 || !cpu_gemm_bf16_native())
     return false;
-  // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
-  // about a microsecond, so nothing is cached here.
-  Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
-  if (dnnl_primitive_desc_create(&pd.handle, &desc, nullptr, onednn_engine(), nullptr) !=
-      dnnl_success)
-    return false;
-  Owned<dnnl_primitive_t, dnnl_primitive_destroy> prim;
-  Owned<dnnl_memory_t, dnnl_memory_destroy> am, bm, cm;
-  // oneDNN only reads the source and weights, though its memory objects take non-const data.
-  auto* ap = const_cast<bfloat16*>(a.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  auto* bp = const_cast<bfloat16*>(b.data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  dnnl_status_t st = dnnl_primitive_create(&prim.handle, pd.handle);
-  if (st == dnnl_success) st = dnnl_memory_create(&am.handle, &amd, onednn_engine(), ap);
-  if (st == dnnl_success) st = dnnl_memory_create(&bm.handle, &bmd, onednn_engine(), bp);
-  if (st == dnnl_success) st = dnnl_memory_create(&cm.handle, &cmd, onednn_engine(), c);
-  if (st == dnnl_success) {
-    thread_local OneDnnStream stream;
-    const dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, am.handle}, {DNNL_ARG_WEIGHTS, bm.handle}, {DNNL_ARG_DST, cm.handle}};
-    st = dnnl_primitive_execute(prim.handle, stream.stream, 3, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(stream.stream);
-  }
-  TG_CHECK(st == dnnl_success, "matmul", "oneDNN's bfloat16 matmul failed with status ",
-           static_cast<int>(st), " for ", batch, " products of m=", m, " n=", n, " k=", k);
-  return true;
+  return onednn_matmul(dt == kFloat32 ? dnnl_f32 : dnnl_bf16, batch, m, n, k, a, b,
+                       {c, ldc, stride_c, false});
 #else
-  (void)batch, (void)m, (void)n, (void)k, (void)a, (void)b, (void)c, (void)ldc, (void)stride_c;
+  (void)dt, (void)batch, (void)m, (void)n, (void)k, (void)a, (void)b, (void)c, (void)ldc,
+      (void)stride_c;
   return false;
 #endif
 }

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/half.h"
+#include "core/dtype.h"
 
 namespace tg::cpu {
 
@@ -15,20 +15,20 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                   const double* b, int64_t ldb, double* c, int64_t ldc);
 
-// An operand's bfloat16 matrices, `stride` elements apart (0: the same matrix for every item
-// of the batch), each row-major with row stride ld, read transposed when t.
-struct Bf16Matrices {
-  const bfloat16* data = nullptr;
+// An operand's matrices, `stride` elements apart (0: the same matrix for every item of the
+// batch), each row-major with row stride ld, read transposed when t.
+struct Matrices {
+  const void* data = nullptr;
   int64_t ld = 0;
   int64_t stride = 0;
   bool t = false;
 };
-// C_i = op(A_i) op(B_i) for i < batch, each C_i row-major with row stride ldc and stride_c
-// elements after the one before, in one call: multiplied in bfloat16 with float32 sums and
-// rounded once, by oneDNN's matmul where the chosen engine is oneDNN and the CPU has bfloat16
-// instructions (cpu_gemm_bf16_native()). Returns false, touching nothing, elsewhere or when
-// oneDNN refuses the layout; the caller then converts to float32.
-bool library_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Matrices& a,
-                       const Bf16Matrices& b, bfloat16* c, int64_t ldc, int64_t stride_c);
+// C_i = op(A_i) op(B_i) for i < batch, all of dtype dt, each C_i row-major with row stride ldc
+// and stride_c elements after the one before, in one call to oneDNN's matmul: float32 where the
+// chosen engine is oneDNN, bfloat16 where also the CPU has bfloat16 instructions
+// (cpu_gemm_bf16_native(); multiplied in bfloat16 with float32 sums, rounded once). Returns
+// false, touching nothing, elsewhere or when oneDNN refuses the layout.
+bool library_gemm_batch(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, const Matrices& a,
+                        const Matrices& b, void* c, int64_t ldc, int64_t stride_c);
 
 }  // namespace tg::cpu

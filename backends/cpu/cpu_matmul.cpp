@@ -127,21 +127,22 @@ std::optional<int64_t> batch_stride(const View& v, const View& c) {
   return stride.value_or(0);
 }
 
-// bfloat16 products multiplied in bfloat16 with float32 sums where the CPU can
-// (cpu_gemm_bf16_native()), a whole batch in one call. False, nothing written, where it can't
-// or the batch dims do not collapse into one; the caller then widens to float32.
-bool matmul_bf16_native(const View& a, const View& b, const View& c) {
-  if (a.dtype != kBFloat16 || b.dtype != kBFloat16 || c.dtype != kBFloat16) return false;
+// A whole batch of float32 or bfloat16 products in one library call where cpu_gemm.h's
+// library_gemm_batch can (oneDNN: float32, and bfloat16 multiplied in bfloat16 with float32
+// sums where the CPU has the instructions): one call instead of one per item, which for small
+// matrices is most of the cost. False, nothing written, where it can't or the batch dims do not
+// collapse into one stride; the caller then multiplies item by item, widening bfloat16 first.
+bool matmul_one_call(const View& a, const View& b, const View& c) {
+  if (a.dtype != c.dtype || b.dtype != c.dtype || (c.dtype != kFloat32 && c.dtype != kBFloat16))
+    return false;
   const Product p = product_of(a, b, c);
   if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return false;  // nothing to multiply
   const std::optional<int64_t> sa = batch_stride(a, c), sb = batch_stride(b, c),
                                sc = batch_stride(c, c);
   if (!sa || !sb || !sc || (p.batch > 1 && *sc == 0)) return false;
   // A row-major operand is read as is, a column-major one as the transpose of a row-major one.
-  return library_gemm_bf16(p.batch, p.m, p.n, p.k,
-                           {static_cast<const bfloat16*>(a.data), p.lda, *sa, !p.ra},
-                           {static_cast<const bfloat16*>(b.data), p.ldb, *sb, !p.rb},
-                           static_cast<bfloat16*>(c.data), p.ldc, *sc);
+  return library_gemm_batch(c.dtype, p.batch, p.m, p.n, p.k, {a.data, p.lda, *sa, !p.ra},
+                            {b.data, p.ldb, *sb, !p.rb}, c.data, p.ldc, *sc);
 }
 
 // The rows [r0, r0 + rows) of a 2-D view.
@@ -175,7 +176,7 @@ bool matmul_half_2d(Backend& be, const View& a, const View& b, const View& c) {
 }  // namespace
 
 void CpuBackend::matmul(const View& a, const View& b, const View& c) {
-  if (matmul_bf16_native(a, b, c)) return;
+  if (matmul_one_call(a, b, c)) return;
   if (matmul_half_2d(*this, a, b, c)) return;
   if (half_kernels::matmul(*this, kCPU, a, b, c)) return;  // batched: whole stand-ins
   if (c.dtype == kFloat64) {
