@@ -1,12 +1,13 @@
 // SIGINT and SIGTERM for the train CLI, taken by a thread of their own instead of a handler.
 //
 // A handler runs on the stack of whichever thread the signal interrupts, and the kernel pushes
-// its frame below that thread's stack pointer. oneDNN 2.7's AVX-512 f32 GEMM (Debian's; our
-// default CPU GEMM on AVX-512 machines) points the stack pointer into a heap buffer while its
-// kernel runs, so a signal landing there corrupts the heap (oneDNN issue #4845, fixed in 3.11.2):
-// the cli_sigint test aborted with "corrupted double-linked list" about once in 50 runs on a
-// loaded two-core machine. Here the signals are blocked in every thread from the start of
-// main, and one thread takes them with sigwait: no frame is ever pushed on a compute thread.
+// its frame below that thread's stack pointer. Code that moves the stack pointer elsewhere
+// breaks then: oneDNN 2.7's AVX-512 dnnl_sgemm (Debian's) points it into a heap buffer
+// (oneDNN issue #4845), and while tapegrad's matmul called it the cli_sigint test aborted with
+// "corrupted double-linked list" about once in 50 runs on a loaded two-core machine. tapegrad
+// now uses oneDNN's matmul primitive instead; here, besides, the signals are blocked in every
+// thread from the start of main and one thread takes them with sigwait, so no handler frame is
+// ever pushed on a compute thread, whatever library it is in.
 //
 // Until defer_stop_signals() and after end_at_once_on_signals(), a signal ends the process as
 // its default action would (status 128 + the signal); in between the first is recorded for
