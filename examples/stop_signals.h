@@ -2,7 +2,7 @@
 //
 // A handler runs on the stack of whichever thread the signal interrupts, and the kernel pushes
 // its frame below that thread's stack pointer. Code that moves the stack pointer elsewhere
-// breaks then: oneDNN 2.7's AVX-512 dnnl_sgemm (Debian's) points it into a heap buffer
+// breaks then: oneDNN 2.6's AVX-512 dnnl_sgemm (Debian's) points it into a heap buffer
 // (oneDNN issue #4845), and while tapegrad's matmul called it the cli_sigint test aborted with
 // "corrupted double-linked list" about once in 50 runs on a loaded two-core machine. tapegrad
 // now uses oneDNN's matmul primitive instead; here, besides, the signals are blocked in every

@@ -217,11 +217,13 @@ TEST_CASE("matmul through every GEMM library of the build (cpu_gemm)") {
 // A signal handler runs on the stack of the thread it interrupts, below its stack pointer.
 // oneDNN 2.7's AVX-512 sgemm points that into a heap buffer while it runs (oneDNN issue
 // #4845), so a profiler's SIGPROF or a training loop's SIGINT landing there corrupted the heap:
-// with dnnl_sgemm behind matmul this test aborted in every run. A SIGPROF every 50 us of CPU
-// time while float32 products run, through every GEMM library of the build.
+// with dnnl_sgemm behind matmul, or the matmul primitive's "gemm:jit", this test aborted in
+// every run. A SIGPROF every 50 us of CPU time while float32 products run, through every GEMM
+// library of the build.
 TEST_CASE("matmul while signal handlers run, through every GEMM library") {
   static std::atomic<int> handled{0};
-  struct sigaction on_prof{}, before_action{};
+  struct sigaction on_prof {
+  }, before_action{};
   on_prof.sa_handler = [](int) { handled.fetch_add(1, std::memory_order_relaxed); };
   on_prof.sa_flags = SA_RESTART;
   REQUIRE(sigaction(SIGPROF, &on_prof, &before_action) == 0);
@@ -232,9 +234,12 @@ TEST_CASE("matmul while signal handlers run, through every GEMM library") {
   for (const std::string& name : cpu_gemm_choices()) {
     INFO("GEMM library " << name);
     set_cpu_gemm(name);
-    for (int i = 0; i < 60; ++i) {
-      // Fresh tensors each time, so that the heap around the GEMM's own buffers keeps changing.
-      Tensor c = matmul(full({n, n}, 1.0, kFloat32), full({n, n}, 0.5, kFloat32).transpose(0, 1));
+    for (int i = 0; i < 200; ++i) {
+      // Fresh tensors each time, so that the heap around the GEMM's own buffers keeps changing;
+      // every other product has an operand whose row stride exceeds its width (oneDNN's brgemm
+      // declines that layout and offers the sgemm kernel's "gemm:jit" next).
+      Tensor a = full({n, i % 2 ? n + 8 : n}, 1.0, kFloat32).slice(1, 0, n);
+      Tensor c = matmul(a, full({n, n}, 0.5, kFloat32).transpose(0, 1));
       CHECK(c.to_vector<float>()[static_cast<size_t>(i)] == 0.5f * n);
     }
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "backends/cpu/simd.h"
@@ -161,8 +162,32 @@ bool matrices(dnnl_memory_desc_t& md, dnnl_data_type_t dt, int64_t count, const 
   return dnnl_memory_desc_init_by_strides(&md, 3, dims, dt, strides) == dnnl_success;
 }
 
+// The first of oneDNN's implementations of `desc` that is a brgemm kernel ("brg:..."); false
+// where it has none. For a layout brgemm declines (an operand with a row stride above its width,
+// or odd bfloat16 batches) oneDNN 2.6 offers its "gemm:jit" matmul next, which runs the same
+// sgemm kernel as dnnl_sgemm (see below); the caller's Eigen (float32) or widening (bfloat16)
+// takes those instead.
+bool brgemm_matmul(dnnl_primitive_desc_t& pd, const dnnl_matmul_desc_t& desc) {
+  Owned<dnnl_primitive_desc_iterator_t, dnnl_primitive_desc_iterator_destroy> it;
+  if (dnnl_primitive_desc_iterator_create(&it.handle, &desc, nullptr, onednn_engine(), nullptr) !=
+      dnnl_success)
+    return false;
+  do {
+    dnnl_primitive_desc_t candidate = dnnl_primitive_desc_iterator_fetch(it.handle);
+    const char* impl = nullptr;
+    if (candidate &&
+        dnnl_primitive_desc_query(candidate, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+        impl && std::strncmp(impl, "brg", 3) == 0) {
+      pd = candidate;
+      return true;
+    }
+    if (candidate) dnnl_primitive_desc_destroy(candidate);
+  } while (dnnl_primitive_desc_iterator_next(it.handle) == dnnl_success);
+  return false;
+}
+
 // C_i = op(A_i) op(B_i) for i < batch through oneDNN's matmul primitive; false, nothing
-// written, where oneDNN refuses the layout. The primitive, not dnnl_sgemm: oneDNN 2.7's
+// written, where oneDNN refuses the layout. The primitive, not dnnl_sgemm: oneDNN 2.6's
 // AVX-512 sgemm kernel points the stack pointer into a heap buffer while it runs, so a signal
 // handler that runs then (a profiler's SIGPROF, a training loop's SIGINT) corrupts the heap
 // (oneDNN issue #4845, fixed in 3.11.2). Under a SIGPROF every 50 us, 384x384 sgemms aborted
@@ -182,9 +207,7 @@ bool onednn_matmul(dnnl_data_type_t dt, int64_t batch, int64_t m, int64_t n, int
   // oneDNN's primitive cache makes the descriptor and primitive of a shape seen before cost
   // about a microsecond, so nothing is cached here.
   Owned<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
-  if (dnnl_primitive_desc_create(&pd.handle, &desc, nullptr, onednn_engine(), nullptr) !=
-      dnnl_success)
-    return false;
+  if (!brgemm_matmul(pd.handle, desc)) return false;
   Owned<dnnl_primitive_t, dnnl_primitive_destroy> prim;
   Owned<dnnl_memory_t, dnnl_memory_destroy> am, bm, cm;
   // oneDNN only reads the source and weights, though its memory objects take non-const data.
