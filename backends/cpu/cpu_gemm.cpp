@@ -187,9 +187,9 @@ bool brgemm_matmul(dnnl_primitive_desc_t& pd, const dnnl_matmul_desc_t& desc) {
 }
 
 // C_i = op(A_i) op(B_i) for i < batch through oneDNN's matmul primitive; false, nothing
-// written, where oneDNN refuses the layout. The primitive, not dnnl_sgemm: oneDNN 2.6's
-// AVX-512 sgemm kernel points the stack pointer into a heap buffer while it runs, so a signal
-// handler that runs then (a profiler's SIGPROF, a training loop's SIGINT) corrupts the heap
+// written, where oneDNN has no brgemm kernel for the layout. The primitive, not dnnl_sgemm:
+// oneDNN 2.6's AVX-512 sgemm kernel points the stack pointer into a heap buffer while it runs, so a
+// signal handler that runs then (a profiler's SIGPROF, a training loop's SIGINT) corrupts the heap
 // (oneDNN issue #4845, fixed in 3.11.2). Under a SIGPROF every 50 us, 384x384 sgemms aborted
 // within 20 ms every time; the matmul primitive (brgemm) ran 3000 of them clean.
 bool onednn_matmul(dnnl_data_type_t dt, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -239,7 +239,7 @@ bool library_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   switch (engine()) {
     case Engine::OneDNN:
 #ifdef TAPEGRAD_ONEDNN
-      // false where oneDNN refuses the layout: the caller's Eigen runs it then
+      // false where oneDNN has no brgemm kernel for the layout: the caller's Eigen runs it then
       return onednn_matmul(dnnl_f32, 1, m, n, k, {a, lda, 0, ta}, {b, ldb, 0, tb},
                            {c, ldc, 0, false});
 #endif
