@@ -556,10 +556,10 @@ int parse_and_run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  stop::start_signal_thread();  // before any other thread starts (stop_signals.h says why)
   try {
+    stop::start_signal_thread();  // before any other thread starts (stop_signals.h says why)
     return parse_and_run(argc, argv);
-  } catch (const std::exception& e) {  // building the flags themselves failed
+  } catch (const std::exception& e) {  // the signal thread or the flags themselves failed
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
