@@ -215,15 +215,15 @@ TEST_CASE("matmul through every GEMM library of the build (cpu_gemm)") {
 }
 
 // A signal handler runs on the stack of the thread it interrupts, below its stack pointer.
-// oneDNN 2.7's AVX-512 sgemm points that into a heap buffer while it runs (oneDNN issue
+// oneDNN 2.6's AVX-512 sgemm points that into a heap buffer while it runs (oneDNN issue
 // #4845), so a profiler's SIGPROF or a training loop's SIGINT landing there corrupted the heap:
 // with dnnl_sgemm behind matmul, or the matmul primitive's "gemm:jit", this test aborted in
 // every run. A SIGPROF every 50 us of CPU time while float32 products run, through every GEMM
 // library of the build.
 TEST_CASE("matmul while signal handlers run, through every GEMM library") {
   static std::atomic<int> handled{0};
-  struct sigaction on_prof {
-  }, before_action{};
+  struct sigaction on_prof = {};
+  struct sigaction before_action = {};
   on_prof.sa_handler = [](int) { handled.fetch_add(1, std::memory_order_relaxed); };
   on_prof.sa_flags = SA_RESTART;
   REQUIRE(sigaction(SIGPROF, &on_prof, &before_action) == 0);
