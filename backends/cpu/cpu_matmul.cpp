@@ -137,6 +137,9 @@ bool matmul_one_call(const View& a, const View& b, const View& c) {
     return false;
   const Product p = product_of(a, b, c);
   if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return false;  // nothing to multiply
+  // One float32 product is library_gemm's, which asks oneDNN the same question: asked here too,
+  // a layout oneDNN declines would be offered to it twice.
+  if (c.dtype == kFloat32 && p.batch == 1) return false;
   const std::optional<int64_t> sa = batch_stride(a, c), sb = batch_stride(b, c),
                                sc = batch_stride(c, c);
   if (!sa || !sb || !sc || (p.batch > 1 && *sc == 0)) return false;

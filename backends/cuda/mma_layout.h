@@ -2,8 +2,8 @@
 // accumulator sit, for the tensor-core SDPA kernels (cuda_sdpa_mma_forward.cu,
 // cuda_sdpa_mma_backward.cu). Plain host/device arithmetic, so that a CPU test
 // (tests/test_mma_layout.cpp) runs the same formulas through an emulation of ldmatrix and mma and
-// checks the products without a GPU. Fragment layouts as in cuda_mma.cuh; g = lane / 4, t = lane
-// % 4.
+// checks the products without a GPU. Fragment layouts as in cuda_mma.cuh;
+// g = lane / 4, t = lane % 4.
 #pragma once
 #include "core/philox.h"  // TG_HD
 

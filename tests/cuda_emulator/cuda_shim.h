@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "tests/cuda_emulator/runtime.h"
@@ -83,19 +84,13 @@ inline int min(int a, int b) { return a < b ? a : b; }
 namespace tg::cuda_emulator {
 inline cudaStream_t enter(int) { return nullptr; }
 inline void check_launch(const char*) {}
-class Scratch {
- public:
-  Scratch(size_t bytes, int) : data_(new unsigned char[bytes]) {}
-  ~Scratch() { delete[] data_; }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
+struct Scratch {
+  Scratch(size_t bytes, int) : data(new unsigned char[bytes]) {}
   template <class T>
   T* as() const {
-    return reinterpret_cast<T*>(data_);
+    return reinterpret_cast<T*>(data.get());
   }
-
- private:
-  unsigned char* data_;
+  std::unique_ptr<unsigned char[]> data;
 };
 }  // namespace tg::cuda_emulator
 #define enter ::tg::cuda_emulator::enter
