@@ -49,8 +49,10 @@ void set_cuda_sdpa_warp_rows(int rows);
 //  CUBLAS_COMPUTE_32F_FAST_TF32), and float32 SDPA runs on the tensor cores with each product
 //  split into three TF32 ones ("3xTF32": about float32's accuracy) when
 //  cuda_sdpa_tensor_cores() is on. The CPU always computes float32 in float32.
-// Anything else is an error. The 3xTF32 SDPA kernels have not yet run on a GPU (written and
-// checked without one; docs/PERFORMANCE.md), which is why "highest" stays the default.
+// Until set, the environment variable TAPEGRAD_FLOAT32_MATMUL_PRECISION ("highest" or "high")
+// decides, read on every call, else "highest". Anything else is an error. The 3xTF32 SDPA
+// kernels have not yet run on a GPU (written and checked without one; docs/PERFORMANCE.md),
+// which is why "highest" stays the default.
 void set_float32_matmul_precision(const std::string& precision);
 std::string float32_matmul_precision();
 

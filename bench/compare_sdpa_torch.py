@@ -9,9 +9,11 @@ there).
         [--precision fp32|bf16|fp16]
 
 On CUDA, tapegrad's 16-bit SDPA runs on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in
-the environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only
-(pip install torch in a virtual environment).
+the environment: on the float32 kernels instead, for comparison), and float32 too where
+TAPEGRAD_FLOAT32_MATMUL_PRECISION=high (each product as three TF32 ones: 3xTF32). PyTorch is
+the yardstick only (pip install torch in a virtual environment).
 """
+import os
 import subprocess
 import sys
 import torch
@@ -35,16 +37,26 @@ def torch_times(b, hq, hk, s, d, causal, backend, device, dtype):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     gqa = hq != hk
     reps = 3 if s >= 1024 else 5
+    # Only flash (and math) take grouped heads; for the memory-efficient kernel (float32 on
+    # CUDA) K and V are repeated to Hq heads inside the timed region, as PyTorch's warning
+    # advises and a float32 model would have to.
+    repeat = gqa and backend == SDPBackend.EFFICIENT_ATTENTION
+
+    def attend():
+        kk, vv = k, v
+        if repeat:
+            kk, vv = k.repeat_interleave(hq // hk, dim=1), v.repeat_interleave(hq // hk, dim=1)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal,
+                                                  enable_gqa=gqa and not repeat)
 
     def fwd():
-        with torch.no_grad(), sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        with torch.no_grad():
+            attend()
         sync()
 
     def fwd_bwd():
-        with sdpa_kernel(backend):
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
-        torch.autograd.grad(out, (q, k, v), dout)
+        torch.autograd.grad(attend(), (q, k, v), dout)
         sync()
 
     return median_ms(fwd, reps), median_ms(fwd_bwd, reps)
@@ -72,6 +84,9 @@ def main():
     print(header)
     print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; "
           "times are medians in ms")
+    if device == "cuda" and precision == "fp32":
+        setting = os.environ.get("TAPEGRAD_FLOAT32_MATMUL_PRECISION") or "highest"
+        print(f"tapegrad float32 matmul precision: {setting}")
     print(f"| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch {fused.name} fwd+bwd | "
           "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -122,7 +122,15 @@ TEST_CASE("device errors without CUDA") {
 }
 
 TEST_CASE("float32 matmul precision: PyTorch's two names, anything else an error") {
+  // Until set, the environment decides on every call (the test environment sets nothing).
   CHECK(float32_matmul_precision() == "highest");  // the default
+  setenv("TAPEGRAD_FLOAT32_MATMUL_PRECISION", "high", 1);
+  CHECK(float32_matmul_precision() == "high");
+  setenv("TAPEGRAD_FLOAT32_MATMUL_PRECISION", "medium", 1);
+  check_throws_with_prefix([&] { float32_matmul_precision(); }, "[float32_matmul_precision]",
+                           "TAPEGRAD_FLOAT32_MATMUL_PRECISION: expected \"highest\" or \"high\", "
+                           "got \"medium\"");
+  unsetenv("TAPEGRAD_FLOAT32_MATMUL_PRECISION");
   set_float32_matmul_precision("high");
   CHECK(float32_matmul_precision() == "high");
   check_throws_with_prefix([&] { set_float32_matmul_precision("medium"); },

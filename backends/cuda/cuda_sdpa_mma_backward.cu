@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   mma::cp_async_commit();
 
   const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
+  const KeySpan seen = warp_keys(a, sq, row_w, 16 * kM);
   float lse[kM][2], dl[kM][2], lse_log2[kM][2];
 #pragma unroll
   for (int sl = 0; sl < kM; ++sl) {
@@ -63,6 +64,10 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
     next_tile(it, n_tiles, load_kv);
+    if (seen.misses(j0, kN)) {  // every score gradient 0 (the mask's too: zeros already)
+      __syncthreads();
+      continue;
+    }
     float s[kM][kN / 8][4] = {}, dp[kM][kN / 8][4] = {};
     warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
     warp_abt<S, kD, kN, kM>(dOs + 16 * kM * warp * kP, Vs + buf * kN * kP, dp);

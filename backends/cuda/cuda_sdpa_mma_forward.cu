@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   mma::cp_async_commit();
 
   const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
+  const KeySpan seen = warp_keys(a, sq, row_w, 16 * kM);
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
   // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
@@ -51,6 +52,10 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     const int buf = static_cast<int>(it & 1);
     const int64_t j0 = lo + it * kN;
     next_tile(it, n_tiles, load_kv);
+    if (seen.misses(j0, kN)) {  // every probability 0: nothing to add
+      __syncthreads();
+      continue;
+    }
     float s[kM][kN / 8][4] = {};
     warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
     float mx[kM][2];

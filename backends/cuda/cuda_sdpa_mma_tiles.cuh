@@ -120,21 +120,42 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
 
 // Where a forward or dQ block of `rows` query rows lies: its first row i0, head h, key/value
 // head hk, batch b and b's sequence (i0 may lie past a ragged sequence's rows: the whole block
-// then has nothing to do).
+// then has nothing to do). Under causal masking a block's work grows with i0, so the blocks are
+// numbered heaviest first (every head's last query tile, then the tiles before it): the blocks
+// that start last are the shortest, and the final wave does not trail (longest first).
 struct QueryBlock {
   int64_t i0, h, hk, b;
   SdpaSequence sq;
 };
 template <class S>
 __device__ __forceinline__ QueryBlock query_block(const Args<float, S>& a, int64_t rows) {
-  const int64_t tiles = (a.Sq + rows - 1) / rows, blk = blockIdx.x;
+  const int64_t tiles = (a.Sq + rows - 1) / rows, blk = blockIdx.x, heads = a.B * a.Hq;
+  const int64_t tile = a.causal ? tiles - 1 - blk / heads : blk % tiles;
+  const int64_t head = a.causal ? blk % heads : blk / tiles;  // b Hq + h
   QueryBlock q;
-  q.i0 = (blk % tiles) * rows;
-  q.h = (blk / tiles) % a.Hq;
-  q.b = blk / (tiles * a.Hq);
+  q.i0 = tile * rows;
+  q.h = head % a.Hq;
+  q.b = head / a.Hq;
   q.hk = q.h / (a.Hq / a.Hk);
   q.sq = a.seq(q.b);
   return q;
+}
+
+// The keys [lo, hi) that some of a warp's `rows` query rows from row0 may see (causal, window,
+// padding; as key_range for a block): its key tiles outside them are skipped, every score
+// there hidden. Empty for a warp past the sequence's rows.
+struct KeySpan {
+  int64_t lo = 0, hi = 0;
+  __device__ __forceinline__ bool misses(int64_t j0, int keys) const {
+    return j0 >= hi || j0 + keys <= lo;
+  }
+};
+template <class S>
+__device__ __forceinline__ KeySpan warp_keys(const Args<float, S>& a, const SdpaSequence& sq,
+                                             int64_t row0, int rows) {
+  KeySpan k;
+  if (row0 < sq.rows_q) key_range(a, sq, row0, rows, k.lo, k.hi);
+  return k;
 }
 
 // Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
