@@ -25,34 +25,36 @@ void cuda_empty_cache();
 // (NaN as float32 and float64), so a kernel that leaves an output element unwritten shows.
 void cuda_poison_allocations(bool on);
 
-// Whether bfloat16 and float16 SDPA runs the tensor-core kernels (mma.sync, float32 sums and
-// statistics; compute capability 8.0 and later, head dims up to 256) instead of the float32
-// kernels on widened copies. On unless the environment variable
-// TAPEGRAD_CUDA_SDPA_TENSOR_CORES is "0" (docs/PERFORMANCE.md, "Tensor-core SDPA"); the
-// float32 route stays for comparison and for devices before compute capability 8.0. Always
+// Whether SDPA runs the tensor-core kernels (mma.sync, float32 sums and statistics; compute
+// capability 8.0 and later, head dims up to 256): bfloat16 and float16 products, and float32
+// ones split into three TF32 products each (3xTF32, within the float32 kernels' tolerances),
+// instead of the float32 kernels (on widened copies for 16 bits), which stay for exact
+// float32 arithmetic, for comparison and for devices before compute capability 8.0. On unless
+// the environment variable TAPEGRAD_CUDA_SDPA_TENSOR_CORES is "0" (docs/PERFORMANCE.md,
+// "Tensor-core SDPA"). Always
 // false in a build without CUDA.
 bool cuda_sdpa_tensor_cores();
 void set_cuda_sdpa_tensor_cores(bool on);
 
 // Query rows per warp in the tensor-core SDPA's forward and dQ pass: 16 (blocks of 64 query
 // rows) or 32 (blocks of 128, each warp two slices of 16 that share every K and V fragment it
-// reads from shared memory, as FlashAttention-2 splits its work). Head dims above 128 always
+// reads from shared memory, as FlashAttention-2 splits its work), or 0, the default: automatic,
+// as an H100 ran faster (docs/PERFORMANCE.md): for 16-bit inputs 32 without a causal mask (2-6%
+// faster forward+backward) and 16 with one (32 was up to 18% slower); for float32, 32 up to
+// head dim 64 and 16 above. Head dims above 128 always
 // take 16. Until set, the environment variable TAPEGRAD_CUDA_SDPA_WARP_ROWS ("16" or "32")
-// decides, read on every call, else 16; 32 is for measuring (docs/PERFORMANCE.md) until it
-// has run on a GPU. Anything else is an error.
+// decides, read on every call, else 0. Anything else is an error.
 int cuda_sdpa_warp_rows();
 void set_cuda_sdpa_warp_rows(int rows);
 
-// How float32 products may run on CUDA devices, with PyTorch's names:
-//  "highest" (the default): float32 arithmetic throughout.
-//  "high": cuBLAS float32 GEMMs may use TF32 (10-bit mantissa products, float32 sums;
-//  CUBLAS_COMPUTE_32F_FAST_TF32), and float32 SDPA runs on the tensor cores with each product
-//  split into three TF32 ones ("3xTF32": about float32's accuracy) when
-//  cuda_sdpa_tensor_cores() is on. The CPU always computes float32 in float32.
-// Until set, the environment variable TAPEGRAD_FLOAT32_MATMUL_PRECISION ("highest" or "high")
-// decides, read on every call, else "highest". Anything else is an error. The 3xTF32 SDPA
-// kernels have not yet run on a GPU (written and checked without one; docs/PERFORMANCE.md),
-// which is why "highest" stays the default.
+// How cuBLAS float32 GEMMs may run on CUDA devices, with PyTorch's names:
+//  "highest" (the default): float32 arithmetic.
+//  "high": TF32 (10-bit mantissa products, float32 sums; CUBLAS_COMPUTE_32F_FAST_TF32).
+// SDPA does not read it: as in PyTorch, its float32 runs 3xTF32 on the tensor cores either way
+// (cuda_sdpa_tensor_cores() above says how to have float32 arithmetic there). The CPU always
+// computes float32 in float32. Until set, the environment variable
+// TAPEGRAD_FLOAT32_MATMUL_PRECISION ("highest" or "high") decides, read on every call, else
+// "highest". Anything else is an error.
 void set_float32_matmul_precision(const std::string& precision);
 std::string float32_matmul_precision();
 

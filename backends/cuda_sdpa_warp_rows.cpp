@@ -9,14 +9,15 @@
 
 namespace tg {
 namespace {
-std::atomic<int> g_rows{0};  // 0: not set, so the environment's (read on every call) or 16
+// -1: not set, so the environment's (read on every call), else 0 (automatic)
+std::atomic<int> g_rows{-1};
 }  // namespace
 
 int cuda_sdpa_warp_rows() {
   const int rows = g_rows.load();
-  if (rows != 0) return rows;
+  if (rows != -1) return rows;
   const char* env = std::getenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS");
-  if (!env || !*env) return 16;
+  if (!env || !*env) return 0;
   const std::string s = env;
   if (s != "16" && s != "32")
     fail("cuda_sdpa_warp_rows", "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"16\" or \"32\", got \"",
@@ -25,8 +26,8 @@ int cuda_sdpa_warp_rows() {
 }
 
 void set_cuda_sdpa_warp_rows(int rows) {
-  if (rows != 16 && rows != 32)
-    fail("set_cuda_sdpa_warp_rows", "rows: expected 16 or 32, got ", rows);
+  if (rows != 0 && rows != 16 && rows != 32)
+    fail("set_cuda_sdpa_warp_rows", "rows: expected 0 (automatic), 16 or 32, got ", rows);
   g_rows.store(rows);
 }
 

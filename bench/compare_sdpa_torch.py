@@ -8,10 +8,10 @@ there).
     python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda] \
         [--precision fp32|bf16|fp16]
 
-On CUDA, tapegrad's 16-bit SDPA runs on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in
-the environment: on the float32 kernels instead, for comparison), and float32 too where
-TAPEGRAD_FLOAT32_MATMUL_PRECISION=high (each product as three TF32 ones: 3xTF32). PyTorch is
-the yardstick only (pip install torch in a virtual environment).
+On CUDA, tapegrad's SDPA runs on the tensor cores, float32 with each product as three TF32 ones
+(3xTF32) like PyTorch's memory-efficient kernel (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in the
+environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only
+(pip install torch in a virtual environment).
 """
 import os
 import subprocess
@@ -84,9 +84,9 @@ def main():
     print(header)
     print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; "
           "times are medians in ms")
-    if device == "cuda" and precision == "fp32":
-        setting = os.environ.get("TAPEGRAD_FLOAT32_MATMUL_PRECISION") or "highest"
-        print(f"tapegrad float32 matmul precision: {setting}")
+    if device == "cuda":
+        off = os.environ.get("TAPEGRAD_CUDA_SDPA_TENSOR_CORES") == "0"
+        print(f"tapegrad SDPA kernels: {'float32 (widened)' if off else 'tensor cores'}")
     print(f"| case | fwd | fwd GFLOP/s | fwd+bwd | fwd+bwd GFLOP/s | torch {fused.name} fwd+bwd | "
           "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -134,55 +134,63 @@ SdpaConfig random_config(std::mt19937& rng) {
 
 TEST_CASE("parity: sdpa with options combined") { run_all(sdpa_cases()); }
 
+// float32 runs on the tensor cores as 3xTF32 by default; the same 300 configurations and
+// tolerances hold there and on the exact float32 kernels (tensor cores off).
 TEST_CASE("sdpa: CUDA against CPU over 300 random option combinations, outputs poisoned") {
-  std::mt19937 rng(2026);
-  int tiled = 0;
-  for (int n = 0; n < 300; ++n) {
-    SdpaConfig c = random_config(rng);
-    INFO("config " << n << ": " << c.describe());
-    const uint64_t seed = 1000 + static_cast<uint64_t>(n) * 10;
-    Tensor q = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dqk}, seed).to(kFloat32);
-    Tensor k = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dqk}, seed + 1).to(kFloat32);
-    Tensor v = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dv}, seed + 2).to(kFloat32);
-    Tensor dout = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3).to(kFloat32);
-    SdpaOptions cpu = c.opts, gpu = c.opts;
-    if (!c.mask_shape.empty()) {
-      Tensor m = c.bool_mask ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
-                             : tgtest::rnd(c.mask_shape, seed + 4, -3, 1).to(kFloat32);
-      cpu.mask = m;
-      gpu.mask = m.to(kCUDA);
-    }
-    if (std::bernoulli_distribution(0.3)(rng)) {
-      std::vector<int64_t> lq, lkv;
-      for (int64_t b = 0; b < c.B; ++b) {
-        lq.push_back(std::uniform_int_distribution<int64_t>(0, c.Sq)(rng));
-        lkv.push_back(std::uniform_int_distribution<int64_t>(0, c.Skv)(rng));
+  const bool was = cuda_sdpa_tensor_cores();
+  for (const bool tensor_cores : {false, true}) {
+    set_cuda_sdpa_tensor_cores(tensor_cores);
+    std::mt19937 rng(2026);
+    int tiled = 0;
+    for (int n = 0; n < 300; ++n) {
+      SdpaConfig c = random_config(rng);
+      INFO("config " << n << (tensor_cores ? " (3xTF32)" : " (float32 kernels)") << ": "
+                     << c.describe());
+      const uint64_t seed = 1000 + static_cast<uint64_t>(n) * 10;
+      Tensor q = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dqk}, seed).to(kFloat32);
+      Tensor k = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dqk}, seed + 1).to(kFloat32);
+      Tensor v = tgtest::rnd({c.B, c.Hk, c.Skv, c.Dv}, seed + 2).to(kFloat32);
+      Tensor dout = tgtest::rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3).to(kFloat32);
+      SdpaOptions cpu = c.opts, gpu = c.opts;
+      if (!c.mask_shape.empty()) {
+        Tensor m = c.bool_mask ? gt(tgtest::rnd(c.mask_shape, seed + 4), -0.6)  // some rows empty
+                               : tgtest::rnd(c.mask_shape, seed + 4, -3, 1).to(kFloat32);
+        cpu.mask = m;
+        gpu.mask = m.to(kCUDA);
       }
-      cpu.seq_len_q = from_vector(lq, {c.B});
-      cpu.seq_len_kv = from_vector(lkv, {c.B});
-      gpu.seq_len_q = cpu.seq_len_q->to(kCUDA);
-      gpu.seq_len_kv = cpu.seq_len_kv->to(kCUDA);
+      if (std::bernoulli_distribution(0.3)(rng)) {
+        std::vector<int64_t> lq, lkv;
+        for (int64_t b = 0; b < c.B; ++b) {
+          lq.push_back(std::uniform_int_distribution<int64_t>(0, c.Sq)(rng));
+          lkv.push_back(std::uniform_int_distribution<int64_t>(0, c.Skv)(rng));
+        }
+        cpu.seq_len_q = from_vector(lq, {c.B});
+        cpu.seq_len_kv = from_vector(lkv, {c.B});
+        gpu.seq_len_q = cpu.seq_len_q->to(kCUDA);
+        gpu.seq_len_kv = cpu.seq_len_kv->to(kCUDA);
+      }
+      auto on_gpu = [&](const Tensor& t) {
+        Tensor g = t.to(kCUDA);  // strided: (B, S, H, D) storage seen as (B, H, S, D)
+        return c.strided ? g.transpose(1, 2).contiguous().transpose(1, 2) : g;
+      };
+      Tensor gq = on_gpu(q), gk = on_gpu(k), gv = on_gpu(v), gdout = dout.to(kCUDA);
+      tiled += std::max(c.Dqk, c.Dv) <= 128;
+      SdpaResult rc = sdpa_forward(q, k, v, cpu);
+      cuda_poison_allocations(true);
+      SdpaResult rg = sdpa_forward(gq, gk, gv, gpu);
+      SdpaGrads gg = sdpa_backward(gq, gk, gv, rg.out, gdout, rg.stats, gpu);
+      cuda_poison_allocations(false);
+      SdpaGrads gc = sdpa_backward(q, k, v, rc.out, dout, rc.stats, cpu);
+      compare("out", rc.out, rg.out, 2e-5);
+      compare("stats", rc.stats, rg.stats, 2e-5);
+      compare("dq", gc.dq, gg.dq, 1e-4);
+      compare("dk", gc.dk, gg.dk, 1e-4);
+      compare("dv", gc.dv, gg.dv, 1e-4);
+      if (gc.dmask.defined()) compare("dmask", gc.dmask, gg.dmask, 1e-4);
     }
-    auto on_gpu = [&](const Tensor& t) {
-      Tensor g = t.to(kCUDA);  // strided: (B, S, H, D) storage seen as (B, H, S, D)
-      return c.strided ? g.transpose(1, 2).contiguous().transpose(1, 2) : g;
-    };
-    Tensor gq = on_gpu(q), gk = on_gpu(k), gv = on_gpu(v), gdout = dout.to(kCUDA);
-    tiled += std::max(c.Dqk, c.Dv) <= 128;
-    SdpaResult rc = sdpa_forward(q, k, v, cpu);
-    cuda_poison_allocations(true);
-    SdpaResult rg = sdpa_forward(gq, gk, gv, gpu);
-    SdpaGrads gg = sdpa_backward(gq, gk, gv, rg.out, gdout, rg.stats, gpu);
-    cuda_poison_allocations(false);
-    SdpaGrads gc = sdpa_backward(q, k, v, rc.out, dout, rc.stats, cpu);
-    compare("out", rc.out, rg.out, 2e-5);
-    compare("stats", rc.stats, rg.stats, 2e-5);
-    compare("dq", gc.dq, gg.dq, 1e-4);
-    compare("dk", gc.dk, gg.dk, 1e-4);
-    compare("dv", gc.dv, gg.dv, 1e-4);
-    if (gc.dmask.defined()) compare("dmask", gc.dmask, gg.dmask, 1e-4);
+    CHECK(tiled > 200);  // most configurations exercise the tiled kernels
   }
-  CHECK(tiled > 200);  // most configurations exercise the tiled kernels
+  set_cuda_sdpa_tensor_cores(was);
 }
 
 TEST_CASE("sdpa on CUDA: the backward is deterministic (bitwise equal run to run)") {

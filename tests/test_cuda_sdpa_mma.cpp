@@ -1,5 +1,5 @@
-// SDPA on the tensor cores (bfloat16 and float16, and float32 as 3xTF32 under
-// set_float32_matmul_precision("high"); backends/cuda/cuda_sdpa_mma.cu) against the CPU: random
+// SDPA on the tensor cores (bfloat16 and float16, and float32 as 3xTF32;
+// backends/cuda/cuda_sdpa_mma.cu) against the CPU: random
 // option combinations with NaN-poisoned outputs, at aligned, strided and misaligned layouts
 // (16-byte copies and element loads), the deterministic backward, fully masked rows, and that
 // switching the kernels on changes which code runs.
@@ -108,26 +108,26 @@ TEST_CASE("sdpa on the tensor cores: the switch changes which kernels run") {
   CHECK(with.to(kFloat32).to_vector<float>() != without.to(kFloat32).to_vector<float>());
 }
 
-TEST_CASE("sdpa on the tensor cores: float32 as 3xTF32 under precision \"high\"") {
-  // Not yet run on a GPU when written (2026-11-24): the next session with one runs it first.
+TEST_CASE("sdpa on the tensor cores: float32 as 3xTF32") {
   TensorCores on(true);
-  Float32Precision high("high");
   std::mt19937_64 rng(2029);
   for (int n = 0; n < 100; ++n) {
     const Config c = random_config(rng);
     INFO("config " << n << " (float32): " << describe(c));
     compare_config(c, kFloat32, 9000 + static_cast<uint64_t>(n) * 10, rng);
   }
-  // "highest" keeps the float32 SIMT kernels: the two agree with the CPU but not bitwise with
-  // each other, or the setting reached nothing.
+  // The tensor cores off run the float32 kernels: the two agree with the CPU but not bitwise
+  // with each other, or the switch reached nothing; the matmul precision does not change SDPA.
   const Tensor q = tgtest::rnd({1, 2, 200, 64}, 1), k = tgtest::rnd({1, 2, 200, 64}, 2);
   const Tensor v = tgtest::rnd({1, 2, 200, 64}, 3);
-  auto on_gpu = [&](const std::string& precision) {
-    Float32Precision mode(precision);
+  auto on_gpu = [&](bool tensor_cores, const std::string& precision) {
+    TensorCores mode(tensor_cores);
+    Float32Precision matmul(precision);
     return sdpa(q.to(kFloat32).to(kCUDA), k.to(kFloat32).to(kCUDA), v.to(kFloat32).to(kCUDA))
         .out.to(kCPU);
   };
-  const Tensor split = on_gpu("high"), exact = on_gpu("highest");
+  const Tensor split = on_gpu(true, "highest"), exact = on_gpu(false, "highest");
+  CHECK(on_gpu(true, "high").to_vector<float>() == split.to_vector<float>());
   const Tensor cpu = sdpa(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32)).out;
   check_close("3xTF32", cpu, split, 4 * unit(kFloat32));
   check_close("float32", cpu, exact, 1e-5);
@@ -135,8 +135,6 @@ TEST_CASE("sdpa on the tensor cores: float32 as 3xTF32 under precision \"high\""
 }
 
 TEST_CASE("sdpa on the tensor cores: 32 rows per warp, against the CPU and bitwise against 16") {
-  // Not yet run on a GPU when written (2026-11-25, session 30): the next session with one runs
-  // it first.
   TensorCores on(true);
   {
     WarpRows rows(32);
@@ -145,7 +143,6 @@ TEST_CASE("sdpa on the tensor cores: 32 rows per warp, against the CPU and bitwi
     for (int n = 0; n < 120; ++n) {
       const Config c = random_config(rng);
       const DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
-      Float32Precision high("high");  // float32 on the tensor cores (3xTF32)
       INFO("config " << n << " (" << std::string(dtype_name(dt))
                      << ", 32 rows per warp): " << describe(c));
       two_blocks += c.Sq > 128;

@@ -140,9 +140,9 @@ TEST_CASE("float32 matmul precision: PyTorch's two names, anything else an error
   CHECK(float32_matmul_precision() == "highest");
 }
 
-TEST_CASE("tensor-core SDPA rows per warp: 16 or 32, anything else an error") {
+TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {
   // Until set, the environment decides on every call (the test environment sets nothing).
-  CHECK(cuda_sdpa_warp_rows() == 16);
+  CHECK(cuda_sdpa_warp_rows() == 0);  // automatic
   setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "32", 1);
   CHECK(cuda_sdpa_warp_rows() == 32);
   setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "24", 1);
@@ -152,8 +152,10 @@ TEST_CASE("tensor-core SDPA rows per warp: 16 or 32, anything else an error") {
   set_cuda_sdpa_warp_rows(32);
   CHECK(cuda_sdpa_warp_rows() == 32);
   check_throws_with_prefix([&] { set_cuda_sdpa_warp_rows(64); }, "[set_cuda_sdpa_warp_rows]",
-                           "rows: expected 16 or 32, got 64");
+                           "rows: expected 0 (automatic), 16 or 32, got 64");
   CHECK(cuda_sdpa_warp_rows() == 32);  // a refused value changes nothing
   set_cuda_sdpa_warp_rows(16);
   CHECK(cuda_sdpa_warp_rows() == 16);
+  set_cuda_sdpa_warp_rows(0);
+  CHECK(cuda_sdpa_warp_rows() == 0);
 }

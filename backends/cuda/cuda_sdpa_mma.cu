@@ -2,8 +2,10 @@
 // 2023): 16-bit products with float32 sums (mma.sync m16n8k16, cuda_mma.cuh), float32
 // statistics, the option rules of DESIGN §4 applied to the score fragments in registers
 // through Args::score, the same per-element code as the CPU and the float32 kernels. float32
-// runs the same kernels under set_float32_matmul_precision("high"): shared tiles of float, and
-// each product split into three TF32 ones (m16n8k8, "3xTF32", about float32's accuracy).
+// runs the same kernels: shared tiles of float, and each product split into three TF32 ones
+// (m16n8k8, "3xTF32": it passes the float32 kernels' 300-configuration suite at their
+// tolerances), as PyTorch's float32 memory-efficient kernel multiplies (CUTLASS's
+// OpMultiplyAddFastF32).
 //
 // A block is four warps. Forward and the backward's dQ pass: the block takes 64 query rows,
 // each warp 16 of them (or 128 and 32 under cuda_sdpa_warp_rows() == 32: two slices of 16 per
@@ -36,7 +38,6 @@
 
 #include "backends/cuda/cuda_sdpa_mma_launch.cuh"
 #include "backends/cuda_api.h"
-#include "backends/float32_precision.h"
 
 namespace tg::cuda {
 namespace mma_sdpa {
@@ -57,7 +58,7 @@ bool sdpa_mma_forward(int device, const SdpaParams& p) {
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return forward_typed<__nv_bfloat16>(device, p);
   if (p.q.dtype == kFloat16) return forward_typed<__half>(device, p);
-  if (p.q.dtype == kFloat32 && float32_tf32_allowed()) return forward_typed<float>(device, p);
+  if (p.q.dtype == kFloat32) return forward_typed<float>(device, p);
   return false;
 }
 
@@ -65,8 +66,7 @@ bool sdpa_mma_backward(int device, const SdpaParams& p, const View& dout, const 
   if (!cuda_sdpa_tensor_cores()) return false;
   if (p.q.dtype == kBFloat16) return backward_typed<__nv_bfloat16>(device, p, dout, g);
   if (p.q.dtype == kFloat16) return backward_typed<__half>(device, p, dout, g);
-  if (p.q.dtype == kFloat32 && float32_tf32_allowed())
-    return backward_typed<float>(device, p, dout, g);
+  if (p.q.dtype == kFloat32) return backward_typed<float>(device, p, dout, g);
   return false;
 }
 

@@ -17,7 +17,7 @@ __global__ void delta_kernel(Args<float, S> a) {
 template <class S, int kD, int kM>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kDqKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  constexpr int kN = kDqKeys<S, kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* dOs = Qs + kBlockRows * kP;
@@ -129,7 +129,7 @@ enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
 template <class S, int kD, DkvPart kPart>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kBackwardWalk<kD>, kP = kPitch<S, kD>;
+  constexpr int kN = kBackwardWalk<S, kD>, kP = kPitch<S, kD>;
   constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
@@ -262,10 +262,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp), in bytes.
 template <class S, int kD, int kM>
-constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
+constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<S, kD, kM>)*kPitch<S, kD> * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<kD>)*kPitch<S, kD> * sizeof(S) +
-                            4 * kBackwardWalk<kD> * sizeof(float);
+constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD> * sizeof(S) +
+                            4 * kBackwardWalk<S, kD> * sizeof(float);
 
 }  // namespace
 
@@ -278,7 +278,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    with_slices<kD>([&](auto slices) {
+    with_slices<S, kD>(a.causal, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
       constexpr size_t smem = std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
       if (smem > static_cast<size_t>(optin)) return;

@@ -10,7 +10,7 @@ namespace {
 template <class S, int kD, int kM>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kForwardKeys<kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  constexpr int kN = kForwardKeys<S, kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* Ks = Qs + kBlockRows * kP;  // two buffers of kN rows
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 
 // Shared memory of the forward kernel at tile width kD and kM slices per warp, in bytes.
 template <class S, int kD, int kM>
-constexpr size_t smem_forward = (kM * kRows + 4 * kForwardKeys<kD, kM>)*kPitch<S, kD> * sizeof(S);
+constexpr size_t smem_forward = (kM * kRows + 4 * kForwardKeys<S, kD, kM>)*kPitch<S, kD> *
+                                sizeof(S);
 }  // namespace
 
 template <class S>
@@ -190,7 +191,7 @@ bool forward_typed(int device, const SdpaParams& p) {
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    with_slices<kD>([&](auto slices) {
+    with_slices<S, kD>(a.causal, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
       constexpr size_t smem = smem_forward<S, kD, kM>;
       if (smem > static_cast<size_t>(optin)) return;

@@ -57,11 +57,15 @@ void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const char* n
 }
 
 // Calls f(std::integral_constant<int, kM>) with the forward's and the dQ pass's 16-row slices
-// per warp: two when cuda_sdpa_warp_rows() is 32 and the head dims allow (up to 128), else one.
-template <int kD, class F>
-void with_slices(F&& f) {
+// per warp: two when the head dims allow (up to 128) and cuda_sdpa_warp_rows() is 32, or 0
+// (automatic) and the H100 ran two faster: 16-bit inputs without a causal mask, float up to
+// head dim 64 (docs/PERFORMANCE.md); else one.
+template <class S, int kD, class F>
+void with_slices(bool causal, F&& f) {
   if constexpr (kD <= 128) {
-    if (cuda_sdpa_warp_rows() == 32) return f(std::integral_constant<int, 2>{});
+    const int rows = cuda_sdpa_warp_rows();
+    const bool automatic_two = kTf32<S> ? kD <= 64 : !causal;
+    if (rows == 32 || (rows == 0 && automatic_two)) return f(std::integral_constant<int, 2>{});
   }
   f(std::integral_constant<int, 1>{});
 }

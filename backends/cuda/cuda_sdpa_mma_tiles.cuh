@@ -22,22 +22,32 @@ constexpr int kBlockThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // a block's key rows (dK/dV), or query rows per slice:
 // the forward and the dQ pass give each warp kM slices of 16 query rows, kM = 1 or 2
 // (cuda_sdpa_warp_rows(), head dims up to 128), so a block takes kM kRows query rows.
-constexpr int kWalk = 64;  // rows of a walked tile, but for head dims above 128 ...
-template <int kD>
-constexpr int kBackwardWalk = kD > 128 ? 32 : kWalk;  // ... whose backward walks 32 query rows
-// The keys a forward tile walks: 32 above head dim 128, and with two slices above 64 (a
-// thread's scores and sums for two slices of 64 keys and 128 columns would not fit in
-// registers).
-template <int kD, int kM>
-constexpr int kForwardKeys = kD > 128 || (kM == 2 && kD > 64) ? 32 : kWalk;
-// The keys a dQ tile walks: as the backward's walk with one slice, 32 with two (S and dP of
-// two slices).
-template <int kD, int kM>
-constexpr int kDqKeys = kM == 2 ? 32 : kBackwardWalk<kD>;
+
 // S, the type of q, k, v in shared memory: bfloat16 or float16 (m16n8k16 products), or float
 // (float32 split into TF32 halves, m16n8k8 products: "3xTF32", cuda_mma.cuh).
 template <class S>
 constexpr bool kTf32 = std::is_same_v<S, float>;
+// Float rows above head dim 64 take 528 bytes of shared memory or more (twice a 16-bit row):
+// their walked tiles are narrower, so that two blocks fit on a multiprocessor (with 64-row
+// tiles one did: 6% occupancy, the tensor pipe 13-29% busy, at D 128 on an H100).
+template <class S, int kD>
+constexpr bool kWideFloat = kTf32<S>&& kD > 64;
+constexpr int kWalk = 64;  // rows of a walked tile, but for head dims above 128 ...
+template <class S, int kD>
+constexpr int kBackwardWalk = kWideFloat<S, kD> ? 16
+                              : kD > 128        ? 32
+                                                : kWalk;  // ... whose backward walks 32 rows
+// The keys a forward tile walks: 32 above head dim 128, with two slices above 64 (a thread's
+// scores and sums for two slices of 64 keys and 128 columns would not fit in registers), and
+// for wide float rows.
+template <class S, int kD, int kM>
+constexpr int kForwardKeys = kD > 128 || (kM == 2 && kD > 64) || kWideFloat<S, kD> ? 32 : kWalk;
+// The keys a dQ tile walks: as the backward's walk with one slice, 32 with two (S and dP of
+// two slices), 16 for wide float rows.
+template <class S, int kD, int kM>
+constexpr int kDqKeys = kWideFloat<S, kD> ? 16
+                        : kM == 2         ? 32
+                                          : kBackwardWalk<S, kD>;
 template <class S>
 constexpr int kStep = kTf32<S> ? 8 : 16;  // k of one product
 template <class S>
