@@ -6,9 +6,9 @@
 #   bash scripts/gpu_check.sh [build-dir] [what: test|bench|sdpa|mma|ragged|profile|all]
 # test: ctest -L cuda (with MPI, tg::dist's CUDA collectives under mpirun among them); bench:
 # the training step against PyTorch; sdpa: the SDPA benchmark against PyTorch; mma: the
-# tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16 and float16 (the
-# tensor-core kernels, on by default) against PyTorch's FlashAttention-2, bfloat16 again with
-# 32 query rows per warp;
+# tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16, float16 and float32 (the
+# tensor-core kernels, on by default; float32 as 3xTF32) against PyTorch's, and bfloat16 again
+# with 16 and then 32 query rows per warp;
 # ragged: packed against padded training and paged against contiguous decoding on the GPU;
 # profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
 # benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
@@ -58,9 +58,12 @@ if [ "$what" = mma ] || [ "$what" = all ]; then
   for p in bf16 fp16; do
     python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
   done
-  # 32 query rows per warp (cuda_sdpa_warp_rows), to compare with the 16 of the runs above.
-  TAPEGRAD_CUDA_SDPA_WARP_ROWS=32 python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 \
-    cuda --precision bf16 || status=1
+  python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision fp32 || status=1
+  # The automatic rows per warp (cuda_sdpa_warp_rows) against 16 and 32 everywhere.
+  for r in 16 32; do
+    echo "bfloat16, $r query rows per warp"
+    TAPEGRAD_CUDA_SDPA_WARP_ROWS=$r "$build/bench/bench_sdpa" 8 cuda --precision bf16 || status=1
+  done
 fi
 if [ "$what" = ragged ] || [ "$what" = all ]; then
   "$build/bench/bench_packed" 8 7 128 cuda || status=1
@@ -73,6 +76,7 @@ if [ "$what" = profile ]; then
     --launch-skip 3 --launch-count 4 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section InstructionStats \
+    --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
     "$build/bench/bench_sdpa" 8 cuda --precision "${PRECISION:-fp32}" || status=1
 fi
 exit $status

@@ -345,7 +345,7 @@ TEST_CASE("float64 on CUDA: matmul and sdpa agree with the CPU to 1e-12") {
 }
 
 TEST_CASE("float32 matmul: \"high\" lets cuBLAS use TF32, \"highest\" does not") {
-  // Not yet run on a GPU when written (2026-11-24). TF32 keeps 10 of float32's 23 mantissa
+  // Passed on an H100 (2026-11-26). TF32 keeps 10 of float32's 23 mantissa
   // bits: an operand rounded (or truncated) to it is within 2^-10 of itself, a product within
   // about 2^-9 of |a||b|, so the result within 2^-9 |A||B| (the float32 sums of 96 terms add
   // ~2^-17); plain float32 within 1e-5 of the float64 product.
