@@ -31,7 +31,7 @@ constexpr bool kTf32 = std::is_same_v<S, float>;
 // their walked tiles are narrower, so that two blocks fit on a multiprocessor (with 64-row
 // tiles one did: 6% occupancy, the tensor pipe 13-29% busy, at D 128 on an H100).
 template <class S, int kD>
-constexpr bool kWideFloat = kTf32<S>&& kD > 64;
+constexpr bool kWideFloat = kD > 64 && kTf32<S>;
 constexpr int kWalk = 64;  // rows of a walked tile, but for head dims above 128 ...
 template <class S, int kD>
 constexpr int kBackwardWalk = kWideFloat<S, kD> ? 16
