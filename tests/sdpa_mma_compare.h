@@ -44,6 +44,7 @@ struct Scoped {
   Scoped& operator=(const Scoped&) = delete;
 };
 using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_rows>;
+using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,

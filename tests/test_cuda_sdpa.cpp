@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cuda_parity.h"
+#include "sdpa_mma_compare.h"
 
 using namespace tg;
 using namespace cudatest;
@@ -137,9 +138,8 @@ TEST_CASE("parity: sdpa with options combined") { run_all(sdpa_cases()); }
 // float32 runs on the tensor cores as 3xTF32 by default; the same 300 configurations and
 // tolerances hold there and on the exact float32 kernels (tensor cores off).
 TEST_CASE("sdpa: CUDA against CPU over 300 random option combinations, outputs poisoned") {
-  const bool was = cuda_sdpa_tensor_cores();
   for (const bool tensor_cores : {false, true}) {
-    set_cuda_sdpa_tensor_cores(tensor_cores);
+    const sdpamma::TensorCores mode(tensor_cores);
     std::mt19937 rng(2026);
     int tiled = 0;
     for (int n = 0; n < 300; ++n) {
@@ -190,7 +190,6 @@ TEST_CASE("sdpa: CUDA against CPU over 300 random option combinations, outputs p
     }
     CHECK(tiled > 200);  // most configurations exercise the tiled kernels
   }
-  set_cuda_sdpa_tensor_cores(was);
 }
 
 TEST_CASE("sdpa on CUDA: the backward is deterministic (bitwise equal run to run)") {

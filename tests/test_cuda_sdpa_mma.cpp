@@ -19,8 +19,6 @@ using namespace sdpamma;
 
 namespace {
 
-using TensorCores = Scoped<bool, cuda_sdpa_tensor_cores, set_cuda_sdpa_tensor_cores>;
-
 // set_float32_matmul_precision for a scope.
 struct Float32Precision {
   std::string was = float32_matmul_precision();

@@ -35,18 +35,16 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
                                vec.q);
   load_rows<S, kD, kBlockRows>(dOs, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end, a.Dv,
                                nullptr, vec.dout);
-  int64_t lo, hi;
-  key_range(a, sq, i0, kBlockRows, lo, hi);
+  const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_w, 16 * kM);
+  const int64_t hi = keys.hi, n_tiles = keys.n;
   const auto load_kv = [&](int64_t it, int buf) {
-    load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, lo + it * kN, nullptr,
-                            vec);
+    load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, keys.first_key(it),
+                            nullptr, vec);
   };
-  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
   if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
-  const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
-  const KeySpan seen = warp_keys(a, sq, row_w, 16 * kM);
   float lse[kM][2], dl[kM][2], lse_log2[kM][2];
 #pragma unroll
   for (int sl = 0; sl < kM; ++sl) {
@@ -62,9 +60,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   float dq[kM][kD / 8][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
-    const int64_t j0 = lo + it * kN;
+    const int64_t j0 = keys.first_key(it);
     next_tile(it, n_tiles, load_kv);
-    if (seen.misses(j0, kN)) {  // every score gradient 0 (the mask's too: zeros already)
+    if (keys.warp_skips(j0)) {  // every score gradient 0 (the mask's too: zeros already)
       __syncthreads();
       continue;
     }

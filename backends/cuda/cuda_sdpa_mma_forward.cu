@@ -23,18 +23,16 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   const float slope = a.slope_of(h);
   load_rows<S, kD, kBlockRows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q,
                                a.Dqk, nullptr, vec.q);
-  int64_t lo, hi;
-  key_range(a, sq, i0, kBlockRows, lo, hi);
-  const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`, from key lo + it kN
-    load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, lo + it * kN, a.kv_rows,
-                            vec);
+  const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_w, 16 * kM);
+  const int64_t hi = keys.hi, n_tiles = keys.n;
+  const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`
+    load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, keys.first_key(it),
+                            a.kv_rows, vec);
   };
-  const int64_t n_tiles = (hi - lo + kN - 1) / kN;
   if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
 
-  const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
-  const KeySpan seen = warp_keys(a, sq, row_w, 16 * kM);
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
   // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
@@ -50,9 +48,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   }
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
-    const int64_t j0 = lo + it * kN;
+    const int64_t j0 = keys.first_key(it);
     next_tile(it, n_tiles, load_kv);
-    if (seen.misses(j0, kN)) {  // every probability 0: nothing to add
+    if (keys.warp_skips(j0)) {  // every probability 0: nothing to add
       __syncthreads();
       continue;
     }

@@ -151,21 +151,27 @@ __device__ __forceinline__ QueryBlock query_block(const Args<float, S>& a, int64
   return q;
 }
 
-// The keys [lo, hi) that some of a warp's `rows` query rows from row0 may see (causal, window,
-// padding; as key_range for a block): its key tiles outside them are skipped, every score
-// there hidden. Empty for a warp past the sequence's rows.
-struct KeySpan {
-  int64_t lo = 0, hi = 0;
-  __device__ __forceinline__ bool misses(int64_t j0, int keys) const {
-    return j0 >= hi || j0 + keys <= lo;
+// The key tiles of kN keys a forward or dQ block walks: n of them from key lo, covering
+// [lo, hi), the keys some of the block's rows may see (causal, window, padding: key_range).
+// A warp skips the tiles outside [warp_lo, warp_hi), the keys some of its own rows may see
+// (empty for a warp past the sequence's rows): every score there is hidden.
+template <int kN>
+struct KeyTiles {
+  int64_t lo = 0, hi = 0, n = 0, warp_lo = 0, warp_hi = 0;
+  __device__ __forceinline__ int64_t first_key(int64_t it) const { return lo + it * kN; }
+  __device__ __forceinline__ bool warp_skips(int64_t j0) const {
+    return j0 >= warp_hi || j0 + kN <= warp_lo;
   }
 };
-template <class S>
-__device__ __forceinline__ KeySpan warp_keys(const Args<float, S>& a, const SdpaSequence& sq,
-                                             int64_t row0, int rows) {
-  KeySpan k;
-  if (row0 < sq.rows_q) key_range(a, sq, row0, rows, k.lo, k.hi);
-  return k;
+template <int kN, class S>
+__device__ __forceinline__ KeyTiles<kN> key_tiles(const Args<float, S>& a, const SdpaSequence& sq,
+                                                  int64_t i0, int rows, int64_t row_w,
+                                                  int warp_rows) {
+  KeyTiles<kN> t;
+  key_range(a, sq, i0, rows, t.lo, t.hi);
+  t.n = (t.hi - t.lo + kN - 1) / kN;
+  if (row_w < sq.rows_q) key_range(a, sq, row_w, warp_rows, t.warp_lo, t.warp_hi);
+  return t;
 }
 
 // Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
