@@ -19,10 +19,11 @@ int cuda_sdpa_warp_rows() {
   const char* env = std::getenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS");
   if (!env || !*env) return 0;
   const std::string s = env;
-  if (s != "16" && s != "32")
-    fail("cuda_sdpa_warp_rows", "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"16\" or \"32\", got \"",
-         s, "\"");
-  return s == "32" ? 32 : 16;
+  if (s != "0" && s != "16" && s != "32")
+    fail("cuda_sdpa_warp_rows",
+         "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"0\" (automatic), \"16\" or \"32\", got \"", s,
+         "\"");
+  return std::stoi(s);
 }
 
 void set_cuda_sdpa_warp_rows(int rows) {

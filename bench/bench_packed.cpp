@@ -3,7 +3,8 @@
 // lengths are uniform in [1, S], S = 128. The same sequences go in three ways each step:
 // padded to S (a fixed-shape batch), padded to the batch's longest, and packed back to back
 // (ragged sdpa). Reports useful tokens (the sequences' own, padding excluded) per second, the
-// median of `steps` steps of each, taken in turn so that the machine's drift hits all three.
+// median of `steps` steps of each, taken in turn so that the machine's drift hits all three,
+// then each way's kernel time by kind.
 //
 //   bench_packed [threads] [steps] [seq] [cpu|cuda]
 #include <tapegrad.h>
@@ -79,6 +80,27 @@ int main(int argc, char** argv) {
     std::printf("packed_vs_padded\t%.2f\npacked_vs_longest\t%.2f\n",
                 median(tokens_per_s[2]) / median(tokens_per_s[0]),
                 median(tokens_per_s[2]) / median(tokens_per_s[1]));
+
+    // Where each way's time goes: kernel time by kind over `steps` more steps of the same
+    // batches (the profiling backend; its per-kernel timing slows the steps themselves).
+    const std::vector<tg::nn::Sequence> seqs = sequences();
+    const tg::nn::Batch batches[3] = {tg::nn::pad(seqs, seq), tg::nn::pad(seqs, longest(seqs)),
+                                      tg::nn::pack(seqs)};
+    for (int way = 0; way < 3; ++way) {
+      tg::reset_kernel_profile();
+      tg::set_kernel_profiling(true);
+      double wall = 0;
+      for (int i = 0; i < steps; ++i) wall += time_step(batches[way]);
+      tg::set_kernel_profiling(false);
+      double kernels = 0;
+      for (const auto& [kind, t] : tg::kernel_profile()) {
+        std::printf("kernel_ms\t%s\t%s\t%.2f\t%lld calls\n", names[way], kind.c_str(),
+                    t.ms / steps, static_cast<long long>(t.calls / steps));
+        kernels += t.ms / steps;
+      }
+      std::printf("kernel_ms\t%s\tframework (wall - kernels)\t%.2f\n", names[way],
+                  wall / steps - kernels);
+    }
     return 0;
   });
 }

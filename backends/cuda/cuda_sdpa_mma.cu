@@ -49,6 +49,12 @@ int shared_optin(int device) {
   return optin;
 }
 
+int multiprocessors(int device) {
+  int count = 0;
+  TG_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 }  // namespace mma_sdpa
 
 using mma_sdpa::backward_typed;

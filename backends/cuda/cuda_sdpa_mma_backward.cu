@@ -276,7 +276,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    with_slices<S, kD>(a.causal, [&](auto slices) {
+    with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
       constexpr size_t smem = std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
       if (smem > static_cast<size_t>(optin)) return;
@@ -287,7 +287,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       a.delta = delta.as<float>();
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
-        launch(backward_dq_kernel<S, kD, kM>, a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows)),
+        launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a),
                smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
       }
       const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);

@@ -189,13 +189,13 @@ bool forward_typed(int device, const SdpaParams& p) {
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    with_slices<S, kD>(a.causal, [&](auto slices) {
+    with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
       constexpr size_t smem = smem_forward<S, kD, kM>;
       if (smem > static_cast<size_t>(optin)) return;
       fits = true;
       cudaStream_t s = enter(device);
-      const int64_t blocks = a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows));
+      const int64_t blocks = query_blocks<kM>(a);
       if (blocks)
         launch(forward_kernel<S, kD, kM>, blocks, smem, s, "sdpa mma forward kernel", a, vec);
     });

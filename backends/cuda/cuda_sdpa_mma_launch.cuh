@@ -34,6 +34,8 @@ inline Vectorized vectorized(const SdpaParams& p, const View& dout) {
 // The shared memory a block may have on the device; 0 before compute capability 8.0, where
 // mma.sync on 16-bit inputs does not run.
 int shared_optin(int device);
+// The device's multiprocessors.
+int multiprocessors(int device);
 
 // kernel<<<blocks, kBlockThreads, smem, s>>>(args...), allowed `smem` bytes of dynamic shared
 // memory; on the CPU emulator of tests/cuda_emulator under TG_CUDA_EMULATION.
@@ -56,16 +58,29 @@ void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const char* n
   check_launch(name);
 }
 
+// A forward's or dQ pass's blocks with kM slices of 16 query rows per warp.
+template <int kM, class S>
+int64_t query_blocks(const Args<float, S>& a) {
+  return a.B * a.Hq * ((a.Sq + kM * kRows - 1) / (kM * kRows));
+}
+
 // Calls f(std::integral_constant<int, kM>) with the forward's and the dQ pass's 16-row slices
 // per warp: two when the head dims allow (up to 128) and cuda_sdpa_warp_rows() is 32, or 0
 // (automatic) and the H100 ran two faster: 16-bit inputs without a causal mask, float up to
-// head dim 64 (docs/PERFORMANCE.md); else one.
+// head dim 64 (docs/PERFORMANCE.md), and only while two-slice blocks fill every multiprocessor
+// at least twice over (at 16 x 128 tokens, half as many blocks of twice the rows left
+// multiprocessors idle: the reference model's SDPA took 1.09 ms a step with two, 0.83 with
+// one); else one.
 template <class S, int kD, class F>
-void with_slices(bool causal, F&& f) {
+void with_slices(const Args<float, S>& a, int device, F&& f) {
   if constexpr (kD <= 128) {
     const int rows = cuda_sdpa_warp_rows();
-    const bool automatic_two = kTf32<S> ? kD <= 64 : !causal;
-    if (rows == 32 || (rows == 0 && automatic_two)) return f(std::integral_constant<int, 2>{});
+    const bool faster_two = kTf32<S> ? kD <= 64 : !a.causal;
+    const auto filled = [&] {
+      return query_blocks<2>(a) >= 2 * int64_t{kBlocksPerSM<kD, 2>} * multiprocessors(device);
+    };
+    if (rows == 32 || (rows == 0 && faster_two && filled()))
+      return f(std::integral_constant<int, 2>{});
   }
   f(std::integral_constant<int, 1>{});
 }

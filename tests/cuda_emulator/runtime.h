@@ -47,6 +47,9 @@ void launch(unsigned blocks, unsigned threads, size_t shared_bytes,
 // which are never launched.
 constexpr size_t kSharedOptin = 232448;
 constexpr size_t kEmulatedSharedArray = 512 * 1024;
+// The multiprocessors of the emulated device (an H100 SXM's 132), which the automatic rows per
+// warp weigh.
+constexpr int kMultiprocessors = 132;
 
 // A kernel file's dynamic shared memory array (each file has its own; the emulator poisons
 // every registered one before each block and checks the bytes past the launch's size after).
