@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "ops/host_values.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa_check.h"
@@ -36,7 +37,7 @@ std::vector<int64_t> query_offsets(const Tensor& cu, const Tensor& q) {
   TG_CHECK(cu.dim() == 1 && cu.numel() >= 1, kOp,
            "argument 'cu_seqlens_q' must be 1-D with B + 1 offsets, got shape ",
            shape_str(cu.sizes()));
-  std::vector<int64_t> v = cu.to_vector<int64_t>();
+  std::vector<int64_t> v = detail::host_int64(cu);
   TG_CHECK(v.front() == 0 && v.back() == q.size(0), kOp,
            "argument 'cu_seqlens_q' must run from 0 to q's ", q.size(0), " rows, got ", v.front(),
            " to ", v.back());
@@ -113,8 +114,8 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
            shape_str(seq_len_kv.sizes()));
   const int64_t pages = page_table.size(1);
   // Every key's pool row, sequence after sequence; the pages in use must name pool blocks.
-  const std::vector<int64_t> lengths = seq_len_kv.to_vector<int64_t>();
-  const std::vector<int64_t> table = page_table.to_vector<int64_t>();
+  const std::vector<int64_t> lengths = detail::host_int64(seq_len_kv);
+  const std::vector<int64_t> table = detail::host_int64(page_table);
   std::vector<int64_t> rows, cu_kv{0};
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = lengths[static_cast<size_t>(b)];

@@ -1,12 +1,14 @@
 // CUDA against CPU for the ops: one table of op cases (float32, shapes with broadcast and
 // non-contiguous views; see cuda_parity.h). Then what a table cannot say: bit-identical random
 // streams, the embedding gradient's order of additions, float64, the caching allocator,
-// device errors, and a transformer's training steps on both devices.
+// queued host-to-device copies, the host copies of offsets, device errors, and a transformer's
+// training steps on both devices.
 #include <cmath>
 #include <string>
 
 #include "cuda_parity.h"
 #include "op_table.h"
+#include "ops/host_values.h"
 
 using namespace tg;
 using namespace cudatest;
@@ -378,6 +380,58 @@ TEST_CASE("the caching allocator: no cudaMalloc once a step's sizes have been se
   CHECK(cuda_memory_stats().cached > 0);
   cuda_empty_cache();
   CHECK(cuda_memory_stats().cached == 0);
+}
+
+TEST_CASE("host-to-device copies are queued behind running kernels and arrive whole") {
+  // A long product queued first keeps the copies pending while the 32 staging slots are
+  // reused: each small copy's bytes must be its own, though its host buffer is gone when
+  // from_vector returns; one copy is above a slot's 64 KiB (the waited path).
+  Tensor a = randn({2048, 2048}, TensorOptions().device(kCUDA));
+  Tensor busy = matmul(matmul(a, a), a);
+  std::vector<Tensor> copies;
+  std::vector<std::vector<int64_t>> expected;
+  for (int64_t i = 0; i < 100; ++i) {
+    const int64_t n = i == 50 ? 20000 : 1 + (i * 37) % 900;
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) v[static_cast<size_t>(j)] = i * 1000003 + j;
+    copies.push_back(from_vector(v, {n}).to(kCUDA));
+    expected.push_back(std::move(v));
+  }
+  CHECK(std::isfinite(sum(busy).item<double>()));
+  for (size_t i = 0; i < copies.size(); ++i) {
+    INFO("copy " << i);
+    CHECK(copies[i].to_vector<int64_t>() == expected[i]);
+  }
+}
+
+TEST_CASE("host_int64: a device tensor's values, read again after every in-place change") {
+  Tensor t = from_vector(std::vector<int64_t>{0, 3, 5, 9}, {4}).to(kCUDA);
+  CHECK(detail::host_int64(t) == std::vector<int64_t>{0, 3, 5, 9});
+  CHECK(detail::host_int64(t) == std::vector<int64_t>{0, 3, 5, 9});           // kept
+  CHECK(detail::host_int64(t.slice(0, 1, 3)) == std::vector<int64_t>{3, 5});  // another view
+  t.copy_(from_vector(std::vector<int64_t>{0, 1, 2, 4}, {4}).to(kCUDA));
+  CHECK(detail::host_int64(t) == std::vector<int64_t>{0, 1, 2, 4});
+  CHECK(detail::host_int64(t.slice(0, 1, 3)) == std::vector<int64_t>{1, 2});
+  t.fill_(7);
+  CHECK(detail::host_int64(t) == std::vector<int64_t>{7, 7, 7, 7});
+  // More tensors than are kept, each read twice: every read its own values.
+  for (int64_t i = 0; i < 20; ++i) {
+    Tensor u = from_vector(std::vector<int64_t>{i, i + 1}, {2}).to(kCUDA);
+    CHECK(detail::host_int64(u) == std::vector<int64_t>{i, i + 1});
+    CHECK(detail::host_int64(u) == std::vector<int64_t>{i, i + 1});
+  }
+  // Ragged sdpa after its offsets changed in place: the new sequences, as the CPU computes them.
+  Tensor q = randn({6, 2, 8}), cu = from_vector(std::vector<int64_t>{0, 2, 6}, {3});
+  Tensor qd = q.to(kCUDA), cud = cu.to(kCUDA);
+  SdpaOptions o;
+  o.causal = true;
+  o.cu_seqlens_q = o.cu_seqlens_kv = cud;
+  sdpa(qd, qd, qd, o);
+  cud.copy_(from_vector(std::vector<int64_t>{0, 5, 6}, {3}).to(kCUDA));
+  cu.copy_(from_vector(std::vector<int64_t>{0, 5, 6}, {3}));
+  const Tensor on_gpu = sdpa(qd, qd, qd, o).out.to(kCPU);
+  o.cu_seqlens_q = o.cu_seqlens_kv = cu;
+  CHECK(max(abs(on_gpu - sdpa(q, q, q, o).out)).item<double>() < 1e-5);
 }
 
 TEST_CASE("device errors are tg::Error with the op and the devices named") {

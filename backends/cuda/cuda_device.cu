@@ -4,6 +4,7 @@
 // A machine without a driver makes cudaGetDeviceCount return an error rather than 0: both
 // read as "no device".
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -182,10 +183,56 @@ void CudaBackend::to_host(const void* src, void* dst, size_t bytes) {
   TG_CUDA(cudaStreamSynchronize(s));
 }
 
-// Synchronous: the host buffer may be freed as soon as this returns.
+namespace {
+
+// Host-to-device copies of up to kSlot bytes go through pinned staging slots: the bytes are
+// staged and the copy queued, and from_host returns without waiting. A synchronous copy waited
+// for every kernel queued before it and left the GPU idle until the host had queued more (a
+// packed training step's offsets, positions and tables made such waits every step). The slots
+// are used in turn; a slot is refilled once its last copy has run (its event).
+struct Staging {
+  static constexpr size_t kSlot = size_t(64) << 10;
+  static constexpr int kSlots = 32;
+  std::mutex mutex;
+  char* host = nullptr;  // kSlots * kSlot pinned bytes, never freed (as the allocator's cache)
+  cudaEvent_t copied[kSlots] = {};
+  int next = 0;
+};
+
+Staging& staging(int device) {
+  static std::mutex m;
+  static std::map<int, Staging*> all;  // never destroyed: copies may be queued at exit
+  std::lock_guard<std::mutex> lock(m);
+  Staging*& st = all[device];
+  if (!st) {
+    auto fresh = std::make_unique<Staging>();
+    TG_CUDA(cudaMallocHost(&fresh->host, Staging::kSlots * Staging::kSlot));
+    for (cudaEvent_t& e : fresh->copied)
+      TG_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    st = fresh.release();
+  }
+  return *st;
+}
+
+}  // namespace
+
+// The host buffer may be freed as soon as this returns: small copies are staged (above),
+// larger ones waited for.
 void CudaBackend::from_host(const void* src, void* dst, size_t bytes) {
   if (!bytes) return;
   cudaStream_t s = enter(device);
+  if (bytes <= Staging::kSlot) {
+    Staging& st = staging(device);
+    std::lock_guard<std::mutex> lock(st.mutex);
+    const int slot = st.next;
+    st.next = (slot + 1) % Staging::kSlots;
+    TG_CUDA(cudaEventSynchronize(st.copied[slot]));  // returns at once if never recorded
+    char* staged = st.host + static_cast<size_t>(slot) * Staging::kSlot;
+    std::memcpy(staged, src, bytes);
+    TG_CUDA(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s));
+    TG_CUDA(cudaEventRecord(st.copied[slot], s));
+    return;
+  }
   TG_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
   TG_CUDA(cudaStreamSynchronize(s));
 }
