@@ -57,6 +57,11 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     }
   }
   const float scale_log2 = a.scale * kLog2e;
+  // Under plain() options without dropout every tile recomputes P as the forward computed it
+  // (exp2_ftz of the scaled product), and an edge tile then sets the dS of the keys a row does
+  // not see to 0 (inline, hide_unseen); edge tiles under other options, or with dropout, apply
+  // the rules out of line.
+  const bool plain = a.plain();
   float dq[kM][kD / 8][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
@@ -73,7 +78,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
-      if (inner && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
+      if (plain && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -82,7 +87,10 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
             s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
           }
         }
-      } else {
+        // An edge tile: 0 for the keys a row does not see (their P may be inf: lse is -inf
+        // in a row that sees none).
+        if (!inner) hide_unseen<kN>(a, sq, row_w + 16 * sl, hi, j0, s[sl], 0.0f);
+      } else {  // with dropout, or options that are not plain: edge tiles' rules out of line
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -184,6 +192,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const int64_t key_w = j0 + 16 * warp;  // this warp's first key
   const float scale_log2 = a.scale * kLog2e;
+  const bool plain = a.plain();  // as in the dQ pass
   float dk[kWantK ? kD / 8 : 1][4] = {}, dv[kWantV ? kD / 8 : 1][4] = {};
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     // Queries i0 .. i0 + kN - 1 against this warp's 16 keys (rows past i_hi see none of them,
     // so sdpa_all_visible fails for a tile holding one).
     const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
-    if (inner && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
+    if (plain && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
         // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
@@ -214,7 +223,22 @@ __global__ void __launch_bounds__(kBlockThreads)
           st[nt][e] = p;
         }
       }
-    } else {
+      if (!inner) {  // an edge tile: P and dS 0 for the queries that do not see a key
+        int2 seen[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (in_span(seen[e / 2], frag_col(nt, e))) continue;
+            st[nt][e] = 0.0f;
+            dpt[nt][e] = 0.0f;
+          }
+        }
+      }
+    } else {  // as in the dQ pass
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -287,8 +311,8 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       a.delta = delta.as<float>();
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
-        launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a),
-               smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
+        launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a), smem_dq<S, kD, kM>, s,
+               "sdpa mma backward dq kernel", a, vec);
       }
       const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
       if (kv_blocks == 0) return;

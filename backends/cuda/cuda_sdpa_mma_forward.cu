@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
   // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
+  const bool raw = a.scale > 0 && a.plain();
   float o[kM][kD / 8][4] = {};
   float mr[kM][2], l[kM][2];
 #pragma unroll
@@ -54,16 +55,21 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
       __syncthreads();
       continue;
     }
+    // Under plain() options with a positive scale the tile keeps the raw products (the keys a
+    // row does not see at -inf where the tile is not interior): their largest is the largest
+    // score, and each probability is one fused multiply-add and an exp2 from the product, the
+    // same for a row's keys in every tile.
+    const bool inner = raw && interior(a, sq, row_w, 16 * kM, hi, j0, kN);
     float s[kM][kN / 8][4] = {};
     warp_abt<S, kD, kN, kM>(Qs + 16 * kM * warp * kP, Ks + buf * kN * kP, s);
     float mx[kM][2];
-    // Interior tiles with a positive scale keep the raw products: their largest is the largest
-    // score, and each probability is one fused multiply-add and an exp2 from the product.
-    const bool inner = a.scale > 0 && interior(a, sq, row_w, 16 * kM, hi, j0, kN);
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
       mx[sl][0] = mx[sl][1] = kNegInf;
-      if (inner) {
+      if (raw) {
+        // An edge tile's keys a row does not see: -inf (a branch of its own, so that interior
+        // tiles, the most, run no test per element).
+        if (!inner) hide_unseen<kN>(a, sq, row_w + 16 * sl, hi, j0, s[sl], kNegInf);
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -106,9 +112,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         base[sl][r] = mr[sl][r] == kNegInf ? 0.0f : mr[sl][r];
         l[sl][r] *= alpha[sl][r];
       }
-      // Interior scores are still raw products; the others are scores already (fmaf by 1 is
-      // the plain difference).
-      const float mul = inner ? scale_log2 : 1.0f;
+      // Raw products (plain options), or scores already (fmaf by 1 is the plain difference).
+      const float mul = raw ? scale_log2 : 1.0f;
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll

@@ -380,6 +380,59 @@ __device__ __noinline__ float edge_score(const Args<float, S>& a, int64_t b, int
   return i < sq.rows_q && j < hi ? a.score(b, h, i, j, dot, slope, sq, &t) : kNegInf;
 }
 
+// Under plain() options (causal, window and padding only) the keys a query row sees, and the
+// query rows that see a key, are intervals (empty when hi <= lo). An edge tile tests
+// its elements against them inline, two integer comparisons each: out of line (edge_score),
+// each call saved and restored the live accumulators around it, and the small causal problems
+// of a training step spent most of their time there.
+// Both in a tile's own indices: index first + c is in the span (x, y) when x <= c < y, clamped
+// to [0, n], in 32-bit arithmetic where the values fit (a tile's offsets are small).
+__device__ __forceinline__ int clamp_to(int64_t v, int n) {
+  return static_cast<int>(v < 0 ? 0 : v > n ? n : v);
+}
+// The keys of the tile of n from j0 that row i sees, of those below `end` (the tile's visible
+// range); none past `rows`.
+template <class S>
+__device__ __forceinline__ int2 keys_seen(const Args<float, S>& a, const SdpaSequence& sq,
+                                          int64_t i, int64_t rows, int64_t end, int64_t j0, int n) {
+  if (i >= rows || i >= sq.len_q) return make_int2(0, 0);
+  const int64_t ia = i + sq.shift - j0;  // the aligned row, from the tile's first key
+  int hi = clamp_to((end < sq.len_kv ? end : sq.len_kv) - j0, n);
+  if (a.causal) hi = min(hi, clamp_to(ia + 1, n));                          // sdpa_visible: j <= ia
+  return make_int2(a.window > 0 ? clamp_to(ia - a.window + 1, n) : 0, hi);  // and j > ia - window
+}
+// The query rows of the tile of n from i0 that see key j, of those below `end`; none for a key
+// past `keys`.
+template <class S>
+__device__ __forceinline__ int2 rows_seeing(const Args<float, S>& a, const SdpaSequence& sq,
+                                            int64_t j, int64_t keys, int64_t end, int64_t i0,
+                                            int n) {
+  if (j >= keys || j >= sq.len_kv) return make_int2(0, 0);
+  const int64_t ja = j - sq.shift - i0;  // the first row that could see it, from the tile's
+  int hi = clamp_to((end < sq.len_q ? end : sq.len_q) - i0, n);
+  if (a.window > 0) hi = min(hi, clamp_to(ja + a.window, n));
+  return make_int2(a.causal ? clamp_to(ja, n) : 0, hi);
+}
+__device__ __forceinline__ bool in_span(int2 s, int c) { return s.x <= c && c < s.y; }
+
+// Sets to `hidden` each element of a warp's 16-row slice of scores (rows from row0, kN keys
+// from j0) whose key its row does not see under plain() options.
+template <int kN, class S>
+__device__ __forceinline__ void hide_unseen(const Args<float, S>& a, const SdpaSequence& sq,
+                                            int64_t row0, int64_t hi, int64_t j0,
+                                            float (&s)[kN / 8][4], float hidden) {
+  int2 seen[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    seen[r] = keys_seen(a, sq, row0 + frag_row(2 * r), sq.rows_q, hi, j0, kN);
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!in_span(seen[e / 2], frag_col(nt, e))) s[nt][e] = hidden;
+  }
+}
+
 // score_grad's three results: dS, the probability after dropout, dS before softcap's factor.
 struct ScoreGrad {
   float ds, pd, raw;
