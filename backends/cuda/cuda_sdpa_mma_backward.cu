@@ -228,15 +228,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
-#pragma unroll
-        for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (in_span(seen[e / 2], frag_col(nt, e))) continue;
-            st[nt][e] = 0.0f;
-            dpt[nt][e] = 0.0f;
-          }
-        }
+        hide_outside<kN>(seen, st, 0.0f);
+        hide_outside<kN>(seen, dpt, 0.0f);
       }
     } else {  // as in the dQ pass
 #pragma unroll

@@ -415,6 +415,18 @@ __device__ __forceinline__ int2 rows_seeing(const Args<float, S>& a, const SdpaS
 }
 __device__ __forceinline__ bool in_span(int2 s, int c) { return s.x <= c && c < s.y; }
 
+// Sets to `hidden` each element of a C tile (kN columns) outside its row's span: seen[r] for
+// the rows frag_row(2 r).
+template <int kN>
+__device__ __forceinline__ void hide_outside(const int2 (&seen)[2], float (&c)[kN / 8][4],
+                                             float hidden) {
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!in_span(seen[e / 2], frag_col(nt, e))) c[nt][e] = hidden;
+  }
+}
 // Sets to `hidden` each element of a warp's 16-row slice of scores (rows from row0, kN keys
 // from j0) whose key its row does not see under plain() options.
 template <int kN, class S>
@@ -425,12 +437,7 @@ __device__ __forceinline__ void hide_unseen(const Args<float, S>& a, const SdpaS
 #pragma unroll
   for (int r = 0; r < 2; ++r)
     seen[r] = keys_seen(a, sq, row0 + frag_row(2 * r), sq.rows_q, hi, j0, kN);
-#pragma unroll
-  for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (!in_span(seen[e / 2], frag_col(nt, e))) s[nt][e] = hidden;
-  }
+  hide_outside<kN>(seen, s, hidden);
 }
 
 // score_grad's three results: dS, the probability after dropout, dS before softcap's factor.
