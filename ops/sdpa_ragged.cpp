@@ -23,7 +23,7 @@ std::vector<int64_t> checked_offsets(const Tensor& cu, const char* arg, const Te
   check_same_device(q, cu, kOp, arg);
   TG_CHECK(cu.dim() == 1 && cu.numel() >= 1, kOp, "argument '", arg,
            "' must be 1-D with B + 1 offsets, got shape ", shape_str(cu.sizes()));
-  const std::vector<int64_t> v = host_int64(cu);
+  std::vector<int64_t> v = host_int64(cu);
   TG_CHECK(v[0] == 0, kOp, "argument '", arg, "' must start at 0, got ", v[0]);
   for (size_t b = 1; b < v.size(); ++b) {
     TG_CHECK(v[b] >= v[b - 1], kOp, "argument '", arg, "' must not decrease, got ", v[b - 1],
