@@ -362,6 +362,8 @@ __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b,
 // elements, the rules and Philox's rounds made the kernels 13 to 23 thousand instructions
 // long, and warps spent half their stalls waiting for instruction fetch (Nsight Compute,
 // H100). The kernels take Args as a __grid_constant__ parameter, so these read it in place.
+// Edge tiles under plain() options need only visibility, which they test inline (keys_seen
+// and hide_unseen below).
 
 // Whether dropout keeps element (b, h, i, j) (DESIGN §5: the CPU's bits).
 template <class S>
@@ -385,8 +387,8 @@ __device__ __noinline__ float edge_score(const Args<float, S>& a, int64_t b, int
 // its elements against them inline, two integer comparisons each: out of line (edge_score),
 // each call saved and restored the live accumulators around it, and the small causal problems
 // of a training step spent most of their time there.
-// Both in a tile's own indices: index first + c is in the span (x, y) when x <= c < y, clamped
-// to [0, n], in 32-bit arithmetic where the values fit (a tile's offsets are small).
+// A span is an int2 (x, y) in a tile's own indices, clamped to [0, n]: the tile's index
+// first + c is in it when x <= c < y (32-bit: a tile's offsets are small).
 __device__ __forceinline__ int clamp_to(int64_t v, int n) {
   return static_cast<int>(v < 0 ? 0 : v > n ? n : v);
 }
