@@ -260,7 +260,9 @@ Tensor reduction_buffer(const Tensor& t, Device where) {
 }
 
 // Once the engine has reduced `buffer` (from reduction_buffer): t = the result, divided by the
-// world size for Mean.
+// world size for Mean. A result the engine wrote into t itself bumps t's storage version, as
+// an in-place op does (autograd's saved-tensor checks and the kept host copies of
+// ops/host_values.h read it).
 void store_result(Tensor& t, const Tensor& buffer, ReduceOp op) {
   NoGradGuard ng;
   const bool in_place = buffer.raw_data() == t.raw_data();
@@ -269,6 +271,8 @@ void store_result(Tensor& t, const Tensor& buffer, ReduceOp op) {
     t.copy_(in_place ? mean : mean.to(t.dtype()));
   } else if (!in_place) {
     write_back(t, buffer);
+  } else {
+    t.impl()->storage->bump_version();
   }
 }
 
@@ -500,7 +504,11 @@ void broadcast(Tensor& t, int root) {
     NoGradGuard ng;
     const Tensor buffer = t.is_contiguous() ? t : t.detach().contiguous();
     state().nccl->broadcast(buffer.raw_data(), bytes, root);
-    if (buffer.raw_data() != t.raw_data()) t.copy_(buffer);
+    if (buffer.raw_data() != t.raw_data()) {
+      t.copy_(buffer);
+    } else {
+      t.impl()->storage->bump_version();  // written in place (store_result)
+    }
     return;
   }
   Tensor h = private_copy(t, t.dtype());

@@ -89,6 +89,21 @@ TEST_CASE("all_reduce in place through a strided view, and on a parameter under 
   CHECK(values(w) == std::vector<double>{double(W()), double(W())});
 }
 
+TEST_CASE("a collective's in-place result counts as an in-place change for autograd") {
+  // b is saved by mul for a's gradient; all_reduce writes the sum into b's own storage (a
+  // contiguous float32 tensor is its own buffer), which backward must see.
+  Tensor a = full({3}, 2.0).requires_grad_();
+  Tensor b = full({3}, 1.0 + R());
+  Tensor c = sum(mul(a, b));
+  dist::all_reduce(b);
+  if (W() > 1) {
+    CHECK_THROWS_WITH(c.backward(), doctest::Contains("modified in place afterwards"));
+  } else {
+    c.backward();  // a world of one writes nothing
+    CHECK(values(a.grad()) == std::vector<double>{1.0, 1.0, 1.0});
+  }
+}
+
 TEST_CASE("all_reduce gives every rank the same bits") {
   Generator gen{1234 + static_cast<uint64_t>(R()), 0};
   Tensor x = randn({1000}, gen);
