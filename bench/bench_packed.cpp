@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       tg::set_kernel_profiling(false);
       double kernels = 0;
       for (const auto& [kind, t] : tg::kernel_profile()) {
-        std::printf("kernel_ms\t%s\t%s\t%.2f\t%lld calls\n", names[way], kind.c_str(),
-                    t.ms / steps, static_cast<long long>(t.calls / steps));
+        std::printf("kernel_ms\t%s\t%s\t%.2f\t%lld calls\n", names[way], kind.c_str(), t.ms / steps,
+                    static_cast<long long>(t.calls / steps));
         kernels += t.ms / steps;
       }
       std::printf("kernel_ms\t%s\tframework (wall - kernels)\t%.2f\n", names[way],

@@ -148,9 +148,10 @@ TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an
   setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "0", 1);
   CHECK(cuda_sdpa_warp_rows() == 0);
   setenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS", "24", 1);
-  check_throws_with_prefix([&] { cuda_sdpa_warp_rows(); }, "[cuda_sdpa_warp_rows]",
-                           "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"0\" (automatic), \"16\" or \"32\", "
-                           "got \"24\"");
+  check_throws_with_prefix(
+      [&] { cuda_sdpa_warp_rows(); }, "[cuda_sdpa_warp_rows]",
+      "TAPEGRAD_CUDA_SDPA_WARP_ROWS: expected \"0\" (automatic), \"16\" or \"32\", "
+      "got \"24\"");
   unsetenv("TAPEGRAD_CUDA_SDPA_WARP_ROWS");
   set_cuda_sdpa_warp_rows(32);
   CHECK(cuda_sdpa_warp_rows() == 32);
