@@ -41,9 +41,10 @@ void set_cuda_sdpa_tensor_cores(bool on);
 // reads from shared memory, as FlashAttention-2 splits its work), or 0, the default: automatic,
 // as an H100 ran faster (docs/PERFORMANCE.md): for 16-bit inputs 32 without a causal mask (2-6%
 // faster forward+backward) and 16 with one (32 was up to 18% slower); for float32, 32 up to
-// head dim 64 and 16 above. Head dims above 128 always
-// take 16. Until set, the environment variable TAPEGRAD_CUDA_SDPA_WARP_ROWS ("16" or "32")
-// decides, read on every call, else 0. Anything else is an error.
+// head dim 64 and 16 above; and 16 wherever blocks of 128 rows would not fill every
+// multiprocessor twice over (small batches: the reference model's step). Head dims above 128
+// always take 16. Until set, the environment variable TAPEGRAD_CUDA_SDPA_WARP_ROWS ("0", "16"
+// or "32") decides, read on every call, else 0. Anything else is an error.
 int cuda_sdpa_warp_rows();
 void set_cuda_sdpa_warp_rows(int rows);
 

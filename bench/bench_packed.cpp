@@ -82,25 +82,12 @@ int main(int argc, char** argv) {
                 median(tokens_per_s[2]) / median(tokens_per_s[1]));
 
     // Where each way's time goes: kernel time by kind over `steps` more steps of the same
-    // batches (the profiling backend; its per-kernel timing slows the steps themselves).
+    // batches.
     const std::vector<tg::nn::Sequence> seqs = sequences();
     const tg::nn::Batch batches[3] = {tg::nn::pad(seqs, seq), tg::nn::pad(seqs, longest(seqs)),
                                       tg::nn::pack(seqs)};
-    for (int way = 0; way < 3; ++way) {
-      tg::reset_kernel_profile();
-      tg::set_kernel_profiling(true);
-      double wall = 0;
-      for (int i = 0; i < steps; ++i) wall += time_step(batches[way]);
-      tg::set_kernel_profiling(false);
-      double kernels = 0;
-      for (const auto& [kind, t] : tg::kernel_profile()) {
-        std::printf("kernel_ms\t%s\t%s\t%.2f\t%lld calls\n", names[way], kind.c_str(), t.ms / steps,
-                    static_cast<long long>(t.calls / steps));
-        kernels += t.ms / steps;
-      }
-      std::printf("kernel_ms\t%s\tframework (wall - kernels)\t%.2f\n", names[way],
-                  wall / steps - kernels);
-    }
+    for (int way = 0; way < 3; ++way)
+      bench::print_kernel_profile(names[way], steps, [&] { time_step(batches[way]); });
     return 0;
   });
 }

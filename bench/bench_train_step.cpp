@@ -88,19 +88,7 @@ int main(int argc, char** argv) {
         static_cast<double>(resident) / 1e6);
 
     // Where the time goes: kernel time by kind over `steps` more steps, per step.
-    tg::reset_kernel_profile();
-    tg::set_kernel_profiling(true);
-    const double a = now_ms();
-    for (int i = 0; i < steps; ++i) one_step(false);
-    const double wall = (now_ms() - a) / steps;
-    tg::set_kernel_profiling(false);
-    double kernels = 0;
-    for (const auto& [kind, t] : tg::kernel_profile()) {
-      std::printf("kernel_ms\t%s\t%.2f\t%lld calls\n", kind.c_str(), t.ms / steps,
-                  static_cast<long long>(t.calls / steps));
-      kernels += t.ms / steps;
-    }
-    std::printf("kernel_ms\tframework (wall - kernels)\t%.2f\n", wall - kernels);
+    bench::print_kernel_profile("", steps, [&] { one_step(false); });
 
     // The norms alone: the 9 RMSNorms of a step, forward and backward, at the step's shape.
     tg::nn::RMSNorm norm(cfg.d_model);

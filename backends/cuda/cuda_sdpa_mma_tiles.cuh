@@ -383,14 +383,16 @@ __device__ __noinline__ float edge_score(const Args<float, S>& a, int64_t b, int
 }
 
 // Under plain() options (causal, window and padding only) the keys a query row sees, and the
-// query rows that see a key, are intervals (empty when hi <= lo). An edge tile tests
-// its elements against them inline, two integer comparisons each: out of line (edge_score),
-// each call saved and restored the live accumulators around it, and the small causal problems
-// of a training step spent most of their time there.
-// A span is an int2 (x, y) in a tile's own indices, clamped to [0, n]: the tile's index
-// first + c is in it when x <= c < y (32-bit: a tile's offsets are small).
-__device__ __forceinline__ int clamp_to(int64_t v, int n) {
-  return static_cast<int>(v < 0 ? 0 : v > n ? n : v);
+// query rows that see a key, are intervals: sdpa_key_range and sdpa_query_range of one row or
+// key. An edge tile tests its elements against them inline, two integer comparisons each: out
+// of line (edge_score), each call saved and restored the live accumulators around it, and the
+// small causal problems of a training step spent most of their time there.
+// A span is such an interval in a tile's own indices (the rules read the same from any
+// origin), clamped to [0, n], as an int2 (x, y): the tile's c-th index is in it when
+// x <= c < y (32-bit: a tile's offsets are small).
+__device__ __forceinline__ int2 tile_span(IndexRange r, int n) {
+  const auto clamp = [n](int64_t v) { return static_cast<int>(v < 0 ? 0 : v > n ? n : v); };
+  return make_int2(clamp(r.lo), clamp(r.hi));
 }
 // The keys of the tile of n from j0 that row i sees, of those below `end` (the tile's visible
 // range); none past `rows`.
@@ -398,10 +400,9 @@ template <class S>
 __device__ __forceinline__ int2 keys_seen(const Args<float, S>& a, const SdpaSequence& sq,
                                           int64_t i, int64_t rows, int64_t end, int64_t j0, int n) {
   if (i >= rows || i >= sq.len_q) return make_int2(0, 0);
-  const int64_t ia = i + sq.shift - j0;  // the aligned row, from the tile's first key
-  int hi = clamp_to((end < sq.len_kv ? end : sq.len_kv) - j0, n);
-  if (a.causal) hi = min(hi, clamp_to(ia + 1, n));                          // sdpa_visible: j <= ia
-  return make_int2(a.window > 0 ? clamp_to(ia - a.window + 1, n) : 0, hi);  // and j > ia - window
+  const int64_t ia = i + sq.shift - j0;  // the rules in the tile's indices
+  return tile_span(
+      sdpa_key_range(a.causal, a.window, ia, ia, (end < sq.len_kv ? end : sq.len_kv) - j0), n);
 }
 // The query rows of the tile of n from i0 that see key j, of those below `end`; none for a key
 // past `keys`.
@@ -410,10 +411,9 @@ __device__ __forceinline__ int2 rows_seeing(const Args<float, S>& a, const SdpaS
                                             int64_t j, int64_t keys, int64_t end, int64_t i0,
                                             int n) {
   if (j >= keys || j >= sq.len_kv) return make_int2(0, 0);
-  const int64_t ja = j - sq.shift - i0;  // the first row that could see it, from the tile's
-  int hi = clamp_to((end < sq.len_q ? end : sq.len_q) - i0, n);
-  if (a.window > 0) hi = min(hi, clamp_to(ja + a.window, n));
-  return make_int2(a.causal ? clamp_to(ja, n) : 0, hi);
+  return tile_span(sdpa_query_range(a.causal, a.window, sq.shift + i0, j, j,
+                                    (end < sq.len_q ? end : sq.len_q) - i0),
+                   n);
 }
 __device__ __forceinline__ bool in_span(int2 s, int c) { return s.x <= c && c < s.y; }
 
