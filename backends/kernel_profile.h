@@ -20,7 +20,8 @@ struct KernelTime {
 // Kinds: matmul, sdpa, elementwise (unary, binary, where, fill, arange), reduce (and the
 // sum of squares of gradient clipping), copy, random (rand, dropout), rows (gather,
 // scatter-add), softmax (softmax, log_softmax, cross-entropy), norm (RMSNorm), rope, swiglu,
-// optimizer (fused AdamW), transfer (host <-> device).
+// optimizer (fused AdamW), read_back (device -> host: on a GPU each waits for the queued work),
+// upload (host -> device).
 void set_kernel_profiling(bool on);
 bool kernel_profiling();
 std::map<std::string, KernelTime> kernel_profile();

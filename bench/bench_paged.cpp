@@ -11,8 +11,11 @@
 // turn, and the caches' memory at the end: the contiguous cache's tensors, the paged pools
 // (against the bytes of the tokens they actually hold: the partial last blocks are the rest).
 //
-// The contiguous cache's tokens are read back once at the end, the paged cache's every step
-// (sample_batch's way), so on CUDA the paged timing includes a device sync per step.
+// Both keep the picked tokens on the device and read them back once at the end (greedy_decode's
+// way), so that the comparison is of the caches, not of when the host waits for the device.
+// One more decoding of each kind runs under the kernel profiler: its "kernel_ms" lines give
+// each kind's time and calls over the whole decoding ("read_back" counts the reads from a GPU,
+// each of which waits for the work queued before it).
 //
 //   bench_paged [threads] [reps] [prompt] [tokens] [batch] [cpu|cuda]
 #include <tapegrad.h>
@@ -70,22 +73,24 @@ Ids decode_paged(const tg::nn::Transformer& m, const std::vector<Ids>& prompts, 
   for (size_t b = 0; b < prompts.size(); ++b) cache.add_sequence();
   const auto batch = static_cast<int64_t>(prompts.size());
   const tg::TensorOptions on_device = tg::TensorOptions(tg::kInt64).device(m.device());
-  std::vector<Ids> out(prompts.size());
+  // The picked tokens stay on the device, fed back as the next step's ids (one per sequence),
+  // and are read back once at the end, as decode_contiguous does.
+  tg::Tensor next = tg::from_vector(ids, {static_cast<int64_t>(ids.size())}, on_device);
+  std::vector<tg::Tensor> picked;
   for (int64_t t = 0; t < tokens; ++t) {
-    const tg::Tensor logits = m.forward(
-        tg::from_vector(ids, {static_cast<int64_t>(ids.size())}, on_device), counts, cache);
-    Ids last;  // each sequence's last row
-    int64_t at = -1;
-    for (int64_t n : counts) last.push_back(at += n);
-    ids = tg::argmax(tg::embedding(logits, tg::from_vector(last, {batch}, on_device)), -1)
-              .to_vector<int64_t>();
+    tg::Tensor logits = m.forward(next, counts, cache);
+    if (t == 0) {  // the prompts: each sequence's last row
+      Ids last;
+      int64_t at = -1;
+      for (int64_t n : counts) last.push_back(at += n);
+      logits = tg::embedding(logits, tg::from_vector(last, {batch}, on_device));
+    }
+    next = tg::argmax(logits, -1);  // (B)
+    picked.push_back(next.view({batch, 1}));
     counts.assign(prompts.size(), 1);
-    for (size_t b = 0; b < prompts.size(); ++b) out[b].push_back(ids[b]);
   }
   bytes = cache.bytes();
-  Ids flat;
-  for (const Ids& o : out) flat.insert(flat.end(), o.begin(), o.end());
-  return flat;
+  return tg::cat(picked, 1).to_vector<int64_t>();  // (B, tokens), sequence after sequence
 }
 
 }  // namespace
@@ -149,6 +154,12 @@ int main(int argc, char** argv) {
         tps[i].push_back(decoded / t[i] * 1e3);
       }
     }
+    // One more decoding of each kind under the kernel profiler, its figures for the whole
+    // decoding (`tokens` steps).
+    int64_t unused = 0;
+    bench::print_kernel_profile("contiguous", 1,
+                                [&] { decode_contiguous(model, flat, batch, tokens, unused); });
+    bench::print_kernel_profile("paged", 1, [&] { decode_paged(model, equal, tokens, unused); });
     // A contiguous batch of the mixed prompts would be padded to the longest.
     const int64_t per_row = bytes[0] / (batch * (prompt + tokens - 1));
     const int64_t padded = batch * (longest + tokens - 1) * per_row;

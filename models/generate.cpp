@@ -8,7 +8,9 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/factories.h"
+#include "ops/host_values.h"
 #include "ops/join.h"
+#include "ops/nn.h"
 #include "ops/reduce.h"
 
 namespace tg::nn {
@@ -122,10 +124,19 @@ std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
     const Tensor logits = model.forward(from_vector(ids, {static_cast<int64_t>(ids.size())},
                                                     TensorOptions(kInt64).device(model.device())),
                                         counts, cache);
-    int64_t last = -1;  // each sequence's last fed token: its row of logits predicts the next
+    // Each sequence's last fed token: its row of logits predicts the next. The rows are read
+    // back in one copy, one wait for the device a step rather than one a sequence.
+    std::vector<int64_t> last;
+    int64_t at = -1;
+    for (int64_t n : counts) last.push_back(at += n);
+    const std::vector<double> rows =
+        embedding(logits, detail::int64_to_device(last, {static_cast<int64_t>(last.size())},
+                                                  model.device()))
+            .to_vector<double>();
+    const int64_t vocab = logits.size(1);
     for (size_t b = 0; b < prompts.size(); ++b) {
-      last += counts[b];
-      const int64_t next = pick_next(logits.narrow(0, last, 1).to_vector<double>(), opts, gen);
+      const auto row = rows.begin() + static_cast<int64_t>(b) * vocab;
+      const int64_t next = pick_next({row, row + vocab}, opts, gen);
       seqs[b].push_back(next);
       out[b].push_back(next);
       feeds[b].assign(1, next);

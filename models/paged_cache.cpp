@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/factories.h"
+#include "ops/host_values.h"
 #include "ops/join.h"
 
 namespace tg::nn {
@@ -114,14 +115,17 @@ PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
   std::vector<int64_t> table(new_tokens.size() * static_cast<size_t>(pages), -1);
   for (size_t s = 0; s < pages_.size(); ++s)
     std::copy(pages_[s].begin(), pages_[s].end(), table.begin() + static_cast<int64_t>(s) * pages);
-  const int64_t batch = sequences();
-  const TensorOptions idx = TensorOptions(kInt64).device(k_.front().device());
-  const auto tensor = [&idx](const std::vector<int64_t>& v) {
-    return from_vector(v, {static_cast<int64_t>(v.size())}, idx);
+  // Sent to the device with their host values kept (detail::int64_to_device): sdpa checks the
+  // offsets and index_copy_ the slots on the host in every layer, and a read from a GPU would
+  // wait for the work queued before it. kv_rows is only read by the kernel.
+  const Device device = k_.front().device();
+  const auto tensor = [device](const std::vector<int64_t>& v) {
+    return detail::int64_to_device(v, {static_cast<int64_t>(v.size())}, device);
   };
   step.cu_seqlens = tensor(cu);
-  step.page_table = from_vector(table, {batch, pages}, idx);
-  step.kv_rows = tensor(rows);
+  step.page_table = detail::int64_to_device(table, {sequences(), pages}, device);
+  step.kv_rows =
+      from_vector(rows, {static_cast<int64_t>(rows.size())}, TensorOptions(kInt64).device(device));
   step.cu_seqlens_kv = tensor(cu_kv);
   step.slots = tensor(slots);
   return step;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ops/elementwise.h"
+#include "ops/host_values.h"
 #include "ops/join.h"
 #include "ops/linalg.h"
 #include "ops/nn.h"
@@ -225,7 +226,7 @@ Packing Packing::of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
                cu_seqlens.dtype() == kInt64,
            "Transformer", "argument 'cu_seqlens' must be 1-D int64 with B + 1 offsets, got ",
            described(cu_seqlens));
-  const std::vector<int64_t> cu = cu_seqlens.to_vector<int64_t>();
+  const std::vector<int64_t> cu = detail::host_int64(cu_seqlens);
   TG_CHECK(cu.front() == 0 && cu.back() == tokens, "Transformer",
            "argument 'cu_seqlens' must run from 0 to the ", tokens, " tokens of 'ids', got ",
            cu.front(), " to ", cu.back());
@@ -237,7 +238,11 @@ Packing Packing::of(const Tensor& cu_seqlens, int64_t tokens, Device device) {
     p.max_len = std::max(p.max_len, cu[b] - cu[b - 1]);
     for (int64_t i = 0; i < cu[b] - cu[b - 1]; ++i) p.positions.push_back(i);
   }
-  p.cu_seqlens = cu_seqlens.to(device);
+  // Every layer's sdpa checks the offsets on the host: a copy sent to a GPU keeps its values
+  // there (ops/host_values.h), and one already there was read through host_int64 above.
+  p.cu_seqlens = cu_seqlens.device() == device
+                     ? cu_seqlens
+                     : detail::int64_to_device(cu, cu_seqlens.sizes(), device);
   return p;
 }
 

@@ -1,7 +1,13 @@
 #include "ops/host_values.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
+
+#include "ops/factories.h"
+#include "ops/join.h"
+#include "ops/reduce.h"
 
 namespace tg::detail {
 
@@ -18,7 +24,8 @@ struct Kept {
 };
 
 // A handful is enough: a step reads one or two offsets tensors (ragged q and kv, or a paged
-// step's offsets, lengths and page table) in every layer.
+// step's offsets, lengths and page table, and the cache slots its new keys go to) in every
+// layer.
 constexpr size_t kKept = 8;
 
 bool same_view(const Kept& k, const Tensor& t) {
@@ -27,24 +34,54 @@ bool same_view(const Kept& k, const Tensor& t) {
          k.sizes == t.sizes() && k.strides == t.strides();
 }
 
+std::mutex g_mutex;
+std::vector<Kept> g_kept;  // most recently added last
+
+void keep(const Tensor& t, const std::vector<int64_t>& values) {
+  Kept k{
+      t.impl()->storage, t.impl()->storage->version(), t.offset(), t.sizes(), t.strides(), values};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::erase_if(g_kept, [](const Kept& e) { return e.storage.expired(); });
+  if (g_kept.size() == kKept) g_kept.erase(g_kept.begin());
+  g_kept.push_back(std::move(k));
+}
+
+std::optional<std::vector<int64_t>> kept_values(const Tensor& t) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (const Kept& k : g_kept)
+    if (same_view(k, t)) return k.values;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<int64_t> host_int64(const Tensor& t) {
   if (t.device().is_cpu()) return t.to_vector<int64_t>();
-  static std::mutex m;
-  static std::vector<Kept> kept;  // most recently read last
-  {
-    std::lock_guard<std::mutex> lock(m);
-    for (const Kept& k : kept)
-      if (same_view(k, t)) return k.values;
+  if (auto kept = kept_values(t)) return *kept;
+  std::vector<int64_t> values = t.to_vector<int64_t>();
+  keep(t, values);
+  return values;
+}
+
+Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, Device device) {
+  Tensor t = from_vector(values, sizes, TensorOptions(kInt64).device(device));
+  if (!device.is_cpu()) keep(t, values);
+  return t;
+}
+
+Int64Range host_range(const Tensor& t) {
+  std::optional<std::vector<int64_t>> values;
+  if (t.device().is_cpu()) {
+    values = t.to_vector<int64_t>();
+  } else {
+    values = kept_values(t);
   }
-  Kept k{t.impl()->storage, t.impl()->storage->version(), t.offset(), t.sizes(),
-         t.strides(),       t.to_vector<int64_t>()};
-  std::lock_guard<std::mutex> lock(m);
-  std::erase_if(kept, [](const Kept& e) { return e.storage.expired(); });
-  if (kept.size() == kKept) kept.erase(kept.begin());
-  kept.push_back(k);
-  return k.values;
+  if (values) {
+    const auto [lo, hi] = std::minmax_element(values->begin(), values->end());
+    return {*lo, *hi};
+  }
+  const std::vector<int64_t> both = stack({min(t), max(t)}).to_vector<int64_t>();
+  return {both[0], both[1]};
 }
 
 }  // namespace tg::detail

@@ -3,6 +3,7 @@
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/host_values.h"
 #include "ops/op_util.h"
 
 namespace tg {
@@ -98,7 +99,9 @@ Tensor& Tensor::index_copy_(int64_t dim, const Tensor& index, const Tensor& sour
   TG_CHECK(source.sizes() == want, kOp, "argument 'source' must have shape ", shape_str(want),
            " (self's with index's ", index.numel(), " entries along dim ", d, "), got ",
            shape_str(source.sizes()));
-  const std::vector<int64_t> at = index.to_vector<int64_t>();
+  // Checked on the host: read from a device once per version of the indices (a decoding
+  // step writes every layer's cache through the same slots).
+  const std::vector<int64_t> at = detail::host_int64(index);
   std::vector<bool> seen(static_cast<size_t>(size(d)), false);
   for (size_t i = 0; i < at.size(); ++i) {
     TG_CHECK(at[i] >= 0 && at[i] < size(d), kOp, "argument 'index' holds ", at[i], " at ", i,

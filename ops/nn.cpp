@@ -8,6 +8,7 @@
 #include "ops/elementwise.h"
 #include "ops/factories.h"
 #include "ops/fused_kernels.h"
+#include "ops/host_values.h"
 #include "ops/join.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
@@ -219,7 +220,7 @@ Tensor swiglu(const Tensor& x) {
 namespace {
 void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const char* arg) {
   if (ids.numel() == 0) return;
-  int64_t lo = min(ids).item<int64_t>(), hi = max(ids).item<int64_t>();
+  const auto [lo, hi] = detail::host_range(ids);
   TG_CHECK(lo >= 0 && hi < rows, op, "argument '", arg, "' holds ids in [", lo, ", ", hi,
            "], expected every id in [0, ", rows, ")");
 }

@@ -1,63 +1,90 @@
 #include "ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
+#include <compare>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
 #include "ops/fused_kernels.h"
+#include "ops/host_values.h"
 #include "ops/join.h"
+#include "ops/nn.h"
 #include "ops/op_util.h"
 
 namespace tg {
 
 namespace {
 
-// cos and sin (S, D/2) of the angles (position(t) + offset) * theta^(-2i/D), position(t) = t
-// or positions[t], computed in double and cast to x's compute dtype (float32 for 16-bit x);
-// sin is negated for the inverse rotation.
-void compute_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t,
-                    Tensor& sin_t) {
-  const int64_t s_len = x.size(seq), half = x.sizes().back() / 2;
-  std::vector<double> c(static_cast<size_t>(s_len * half)), s(c.size());
-  for (int64_t i = 0; i < half; ++i) {
-    const double freq = std::pow(o.theta, -2.0 * static_cast<double>(i) / (2.0 * half));
-    for (int64_t t = 0; t < s_len; ++t) {
-      const int64_t at = o.positions.empty() ? t : o.positions[static_cast<size_t>(t)];
-      const double angle = static_cast<double>(at + o.offset) * freq;
-      c[t * half + i] = std::cos(angle);
-      s[t * half + i] = o.inverse ? -std::sin(angle) : std::sin(angle);
+// What a pair of tables depends on: rows at positions 0..rows-1 (or positions[t] when given)
+// plus offset, for D = 2 * half features, in x's compute dtype on x's device.
+struct TableKey {
+  int64_t rows = 0, half = 0;
+  double theta = 0;
+  int64_t offset = 0;
+  bool inverse = false;
+  DType dtype = kFloat32;
+  DeviceType device_type = DeviceType::CPU;
+  int device_index = 0;
+  std::vector<int64_t> positions;
+  auto operator<=>(const TableKey&) const = default;
+  Device device() const { return {device_type, device_index}; }
+};
+
+// cos and sin (rows, half) of the angles (position(t) + offset) * theta^(-2i/D), position(t) =
+// t, computed in double and cast to the key's dtype; sin is negated for the inverse rotation.
+std::pair<Tensor, Tensor> computed_tables(const TableKey& k) {
+  std::vector<double> c(static_cast<size_t>(k.rows * k.half)), s(c.size());
+  for (int64_t i = 0; i < k.half; ++i) {
+    const double freq = std::pow(k.theta, -2.0 * static_cast<double>(i) / (2.0 * k.half));
+    for (int64_t t = 0; t < k.rows; ++t) {
+      const double angle = static_cast<double>(t + k.offset) * freq;
+      c[t * k.half + i] = std::cos(angle);
+      s[t * k.half + i] = k.inverse ? -std::sin(angle) : std::sin(angle);
     }
   }
-  const TensorOptions opts = TensorOptions(compute_dtype(x.dtype())).device(x.device());
-  cos_t = from_vector(c, {s_len, half}, opts);
-  sin_t = from_vector(s, {s_len, half}, opts);
+  const TensorOptions opts = TensorOptions(k.dtype).device(k.device());
+  return {from_vector(c, {k.rows, k.half}, opts), from_vector(s, {k.rows, k.half}, opts)};
 }
 
-// The tables of the last few (shape, options, dtype, device) seen: a model asks for the same
-// ones in every layer and every step, and on a GPU each new table is a host-to-device copy
-// that waits for the device.
-void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
-  using Key = std::tuple<int64_t, int64_t, double, int64_t, bool, DType, DeviceType, int,
-                         std::vector<int64_t>>;
-  const Key key{x.size(seq), x.sizes().back(), o.theta,          o.offset,   o.inverse,
-                x.dtype(),   x.device().type,  x.device().index, o.positions};
-  static std::mutex mutex;
-  static std::map<Key, std::pair<Tensor, Tensor>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
+// The tables of the last few keys seen: a model asks for the same ones in every layer and every
+// step, and on a GPU each new table is a host-to-device copy. With positions, the rows of the
+// table of positions 0..max gathered on the device (the same values): a packed batch's
+// positions change every step, and T x D/2 cosines and sines on the host took longer than the
+// step's rope kernels. The caller holds the mutex.
+std::pair<Tensor, Tensor> tables(const TableKey& key) {
+  static std::map<TableKey, std::pair<Tensor, Tensor>> cache;
   auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (cache.size() >= 64) cache.clear();  // decoding walks offsets: keep the cache bounded
-    compute_tables(x, seq, o, cos_t, sin_t);
-    cache.emplace(key, std::make_pair(cos_t, sin_t));
+  if (it != cache.end()) return it->second;
+  std::pair<Tensor, Tensor> made;
+  if (key.positions.empty()) {
+    made = computed_tables(key);
   } else {
-    cos_t = it->second.first;
-    sin_t = it->second.second;
+    TableKey all = key;
+    all.positions.clear();
+    all.rows = *std::max_element(key.positions.begin(), key.positions.end()) + 1;
+    const auto [c, s] = tables(all);
+    NoGradGuard no_grad;
+    const Tensor at = detail::int64_to_device(key.positions, {key.rows}, key.device());
+    made = {embedding(c, at), embedding(s, at)};
   }
+  if (cache.size() >= 64) cache.clear();  // decoding walks offsets: keep the cache bounded
+  cache.emplace(key, made);
+  return made;
+}
+
+void rope_tables(const Tensor& x, int64_t seq, const RopeOptions& o, Tensor& cos_t, Tensor& sin_t) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::tie(cos_t, sin_t) =
+      tables({x.size(seq), x.sizes().back() / 2, o.theta, o.offset, o.inverse,
+              compute_dtype(x.dtype()), x.device().type, x.device().index, o.positions});
 }
 
 // The composite rotation (what the fused kernel computes), differentiable by the tape: the

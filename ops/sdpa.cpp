@@ -5,6 +5,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/autocast.h"
+#include "ops/host_values.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa_check.h"
@@ -36,8 +37,7 @@ void check_lengths(const std::optional<Tensor>& len, const char* arg, int64_t ba
   TG_CHECK(t.sizes() == Shape{batch}, kOp, "argument '", arg, "' must have shape [", batch,
            "], got ", shape_str(t.sizes()));
   if (t.numel() == 0) return;
-  const int64_t lo = tg::min(t).item<int64_t>();
-  const int64_t hi = tg::max(t).item<int64_t>();
+  const auto [lo, hi] = detail::host_range(t);
   TG_CHECK(lo >= 0 && hi <= max, kOp, "argument '", arg, "' holds lengths in [", lo, ", ", hi,
            "], expected each in [0, ", max, "]");
 }

@@ -130,12 +130,13 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
     }
     cu_kv.push_back(cu_kv.back() + len);
   }
-  // The row indices and offsets on q's device, where the kernel reads them.
-  const TensorOptions idx = TensorOptions(kInt64).device(q.device());
-  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())}, idx);
+  // The row indices and offsets on q's device, where the kernel reads them; sdpa checks the
+  // offsets on the host, from the values kept here.
+  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())},
+                                 TensorOptions(kInt64).device(q.device()));
   SdpaOptions o = opts;
-  o.cu_seqlens_q = from_vector(cu_q, {batch + 1}, idx);
-  o.cu_seqlens_kv = from_vector(cu_kv, {batch + 1}, idx);
+  o.cu_seqlens_q = detail::int64_to_device(cu_q, {batch + 1}, q.device());
+  o.cu_seqlens_kv = detail::int64_to_device(cu_kv, {batch + 1}, q.device());
   SdpaResult r = detail::sdpa_pool_rows(ragged_q ? q : to_rows(q), k_pool, v_pool, ids, o);
   if (ragged_q) return r;
   return {from_rows(r.out, batch), from_rows(r.stats, batch)};

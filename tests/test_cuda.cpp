@@ -420,6 +420,21 @@ TEST_CASE("host_int64: a device tensor's values, read again after every in-place
     CHECK(detail::host_int64(u) == std::vector<int64_t>{i, i + 1});
     CHECK(detail::host_int64(u) == std::vector<int64_t>{i, i + 1});
   }
+  // Made from host values: kept from the start, read from the device only once changed there;
+  // host_range from the kept values, or in one read.
+  reset_kernel_profile();
+  set_kernel_profiling(true);
+  Tensor made = detail::int64_to_device({4, 8, 15, 16}, {2, 2}, kCUDA);
+  CHECK(detail::host_int64(made) == std::vector<int64_t>{4, 8, 15, 16});
+  CHECK(detail::host_range(made).lo == 4);
+  CHECK(kernel_profile().count("read_back") == 0);
+  made.add_(1);
+  CHECK(detail::host_int64(made.transpose(0, 1)) == std::vector<int64_t>{5, 16, 9, 17});
+  CHECK(kernel_profile()["read_back"].calls == 1);
+  const detail::Int64Range r = detail::host_range(made.slice(1, 0, 1));
+  CHECK((r.lo == 5 && r.hi == 16));
+  CHECK(kernel_profile()["read_back"].calls == 2);
+  set_kernel_profiling(false);
   // Ragged sdpa after its offsets changed in place: the new sequences, as the CPU computes them.
   Tensor q = randn({6, 2, 8}), cu = from_vector(std::vector<int64_t>{0, 2, 6}, {3});
   Tensor qd = q.to(kCUDA), cud = cu.to(kCUDA);

@@ -282,3 +282,44 @@ TEST_CASE("paged decoding on CUDA: every step's logits as the CPU's") {
     compare("logits of step " + std::to_string(s), want, got, 1e-4);
   }
 }
+
+namespace {
+// How many reads from the device (each a wait for the work queued before it) `f` makes.
+template <class F>
+int64_t reads_back(F&& f) {
+  reset_kernel_profile();
+  set_kernel_profiling(true);
+  f();
+  set_kernel_profiling(false);
+  const auto prof = kernel_profile();
+  const auto it = prof.find("read_back");
+  return it == prof.end() ? 0 : it->second.calls;
+}
+}  // namespace
+
+TEST_CASE("a decoding step on CUDA waits for the device once, paged or contiguous") {
+  // The one read is the embedding's range check of ids picked on the device. A paged step's
+  // offsets and cache slots, made on the host, are checked there from the values kept when they
+  // were sent (sdpa in every layer, index_copy_ twice a layer); a packed batch's offsets alike.
+  const nn::TransformerConfig cfg = small_config();
+  nn::Transformer model(cfg, 4);
+  model.to(kCUDA);
+  NoGradGuard no_grad;
+  const TensorOptions on_gpu = TensorOptions(kInt64).device(kCUDA);
+  nn::PagedKVCache paged = model.paged_cache(4, 1);  // grows in the step below (no reads)
+  paged.add_sequence();
+  paged.add_sequence();
+  const Tensor prefill =
+      model.forward(from_vector(std::vector<int64_t>{1, 2, 3, 4, 5}, {5}, on_gpu), {3, 2}, paged);
+  const Tensor next =
+      argmax(embedding(prefill, from_vector(std::vector<int64_t>{2, 4}, {2}, on_gpu)),
+             -1);  // (2), on the device
+  CHECK(reads_back([&] { model.forward(next, {1, 1}, paged); }) == 1);
+  nn::KVCache contiguous;
+  model.forward(from_vector(std::vector<int64_t>{1, 2, 3, 4}, {2, 2}, on_gpu), contiguous);
+  CHECK(reads_back([&] { model.forward(next.view({2, 1}), contiguous); }) == 1);
+  Generator dropout{1, 0};
+  const Tensor cu = from_vector(std::vector<int64_t>{0, 3, 5}, {3});  // on the host
+  const Tensor five = argmax(prefill, -1);                            // (5), on the device
+  CHECK(reads_back([&] { model.forward(five, cu, dropout); }) == 1);
+}
