@@ -4,6 +4,7 @@
 
 #include "ops/autocast.h"
 #include "ops/elementwise.h"
+#include "ops/host_values.h"
 
 namespace tg::nn {
 
@@ -30,12 +31,21 @@ double train_step(Module& model, Optimizer& opt, const std::function<Tensor()>& 
   return value.item<double>();
 }
 
+namespace {
+// t on `device`; sent from the host with its values kept there (detail::int64_to_device), so
+// that embedding's and cross-entropy's range checks read nothing back from a GPU.
+Tensor ids_on(const Tensor& t, Device device) {
+  if (t.device() == device || !t.device().is_cpu() || t.dtype() != kInt64) return t.to(device);
+  return detail::int64_to_device(t.to_vector<int64_t>(), t.sizes(), device);
+}
+}  // namespace
+
 Tensor batch_loss(const Transformer& model, const Batch& batch, Generator& dropout) {
   const Device device = model.device();
-  const Tensor ids = batch.inputs.to(device);
+  const Tensor ids = ids_on(batch.inputs, device);
   const Tensor loss = lm_loss(
       batch.packed() ? model.forward(ids, batch.cu_seqlens, dropout) : model.forward(ids, dropout),
-      batch.targets.to(device));
+      ids_on(batch.targets, device));
   return batch.loss_weight == 1.0 ? loss : mul(loss, batch.loss_weight);
 }
 

@@ -20,6 +20,7 @@ struct Kept {
   uint64_t version = 0;
   int64_t offset = 0;
   Shape sizes, strides;
+  bool contiguous = false;
   std::vector<int64_t> values;
 };
 
@@ -28,18 +29,27 @@ struct Kept {
 // layer.
 constexpr size_t kKept = 8;
 
+// The same values in the same order: the same view, or contiguous ones of the same elements
+// (a reshape).
 bool same_view(const Kept& k, const Tensor& t) {
   const std::shared_ptr<Storage> s = k.storage.lock();
-  return s && s == t.impl()->storage && k.version == s->version() && k.offset == t.offset() &&
-         k.sizes == t.sizes() && k.strides == t.strides();
+  if (!s || s != t.impl()->storage || k.version != s->version() || k.offset != t.offset())
+    return false;
+  if (k.sizes == t.sizes() && k.strides == t.strides()) return true;
+  return k.contiguous && t.is_contiguous() && k.values.size() == static_cast<size_t>(t.numel());
 }
 
 std::mutex g_mutex;
 std::vector<Kept> g_kept;  // most recently added last
 
 void keep(const Tensor& t, const std::vector<int64_t>& values) {
-  Kept k{
-      t.impl()->storage, t.impl()->storage->version(), t.offset(), t.sizes(), t.strides(), values};
+  Kept k{t.impl()->storage,
+         t.impl()->storage->version(),
+         t.offset(),
+         t.sizes(),
+         t.strides(),
+         t.is_contiguous(),
+         values};
   std::lock_guard<std::mutex> lock(g_mutex);
   std::erase_if(g_kept, [](const Kept& e) { return e.storage.expired(); });
   if (g_kept.size() == kKept) g_kept.erase(g_kept.begin());
@@ -69,14 +79,13 @@ Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, D
   return t;
 }
 
+std::optional<std::vector<int64_t>> known_int64(const Tensor& t) {
+  if (t.device().is_cpu()) return t.to_vector<int64_t>();
+  return kept_values(t);
+}
+
 Int64Range host_range(const Tensor& t) {
-  std::optional<std::vector<int64_t>> values;
-  if (t.device().is_cpu()) {
-    values = t.to_vector<int64_t>();
-  } else {
-    values = kept_values(t);
-  }
-  if (values) {
+  if (const std::optional<std::vector<int64_t>> values = known_int64(t)) {
     const auto [lo, hi] = std::minmax_element(values->begin(), values->end());
     return {*lo, *hi};
   }

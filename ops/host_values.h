@@ -5,6 +5,7 @@
 // more. Tensors made from host values keep them from the start (int64_to_device).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,6 +24,10 @@ std::vector<int64_t> host_int64(const Tensor& t);
 // offsets and indices made on the host that later ops check there (a decoding step's offsets
 // and cache slots, a packed batch's offsets).
 Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, Device device);
+
+// t's int64 values where the host has them without reading a device: a CPU tensor's, or the
+// values host_int64 keeps for a device tensor; else nothing.
+std::optional<std::vector<int64_t>> known_int64(const Tensor& t);
 
 // The smallest and largest of t's values (t: int64, at least one element), for range checks:
 // from the kept values where host_int64 has them, else reduced on t's device and read back in

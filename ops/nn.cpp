@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "autograd/autograd.h"
 #include "ops/autocast.h"
@@ -218,11 +220,25 @@ Tensor swiglu(const Tensor& x) {
 }
 
 namespace {
+void check_range(detail::Int64Range r, int64_t rows, const char* op, const char* arg) {
+  TG_CHECK(r.lo >= 0 && r.hi < rows, op, "argument '", arg, "' holds ids in [", r.lo, ", ", r.hi,
+           "], expected every id in [0, ", rows, ")");
+}
+
 void check_ids_in_range(const Tensor& ids, int64_t rows, const char* op, const char* arg) {
   if (ids.numel() == 0) return;
-  const auto [lo, hi] = detail::host_range(ids);
-  TG_CHECK(lo >= 0 && hi < rows, op, "argument '", arg, "' holds ids in [", lo, ", ", hi,
-           "], expected every id in [0, ", rows, ")");
+  check_range(detail::host_range(ids), rows, op, arg);
+}
+
+// Targets in [0, classes) where they are not ignore_index (read as 0 in the message, as `safe`
+// holds them): from the host's copy where it has one, else from `safe` on its device.
+void check_targets(const Tensor& targets, const Tensor& safe, int64_t ignore, int64_t classes) {
+  if (targets.numel() == 0) return;
+  std::optional<std::vector<int64_t>> known = detail::known_int64(targets);
+  if (!known) return check_ids_in_range(safe, classes, "cross_entropy", "targets");
+  for (int64_t& v : *known) v = v == ignore ? 0 : v;
+  const auto [lo, hi] = std::minmax_element(known->begin(), known->end());
+  check_range({*lo, *hi}, classes, "cross_entropy", "targets");
 }
 
 // embedding_backward without its checks: the tape's call, whose ids embedding checked. Linear
@@ -362,7 +378,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& targets, CrossEntropyOpt
   const int64_t classes = logits.sizes().back();
   Tensor valid = ne(targets, static_cast<double>(opts.ignore_index));
   Tensor safe = where(valid, targets, 0.0);
-  check_ids_in_range(safe, classes, "cross_entropy", "targets");
+  check_targets(targets, safe, opts.ignore_index, classes);
   return detail::in_compute_dtype(logits, [&](const Tensor& x) {
     Tensor losses;
     if (fused_kernels() && classes > 0) losses = nll_rows_fused(x, targets, opts.ignore_index);

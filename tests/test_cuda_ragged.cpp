@@ -297,29 +297,41 @@ int64_t reads_back(F&& f) {
 }
 }  // namespace
 
-TEST_CASE("a decoding step on CUDA waits for the device once, paged or contiguous") {
+TEST_CASE("reads from the device: one a decoding step, paged or contiguous; none for a loss") {
   // The one read is the embedding's range check of ids picked on the device. A paged step's
   // offsets and cache slots, made on the host, are checked there from the values kept when they
-  // were sent (sdpa in every layer, index_copy_ twice a layer); a packed batch's offsets alike.
+  // were sent (sdpa in every layer, index_copy_ twice a layer); a packed batch's offsets and
+  // RoPE positions alike.
   const nn::TransformerConfig cfg = small_config();
   nn::Transformer model(cfg, 4);
   model.to(kCUDA);
   NoGradGuard no_grad;
   const TensorOptions on_gpu = TensorOptions(kInt64).device(kCUDA);
-  nn::PagedKVCache paged = model.paged_cache(4, 1);  // grows in the step below (no reads)
+  // Blocks of 4: the prefill of 4 and 2 tokens fills the 2 blocks, the step takes a third
+  // (the pools grow, reading nothing).
+  nn::PagedKVCache paged = model.paged_cache(4, 2);
   paged.add_sequence();
   paged.add_sequence();
-  const Tensor prefill =
-      model.forward(from_vector(std::vector<int64_t>{1, 2, 3, 4, 5}, {5}, on_gpu), {3, 2}, paged);
+  const Tensor prefill = model.forward(
+      from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {6}, on_gpu), {4, 2}, paged);
   const Tensor next =
-      argmax(embedding(prefill, from_vector(std::vector<int64_t>{2, 4}, {2}, on_gpu)),
+      argmax(embedding(prefill, from_vector(std::vector<int64_t>{3, 5}, {2}, on_gpu)),
              -1);  // (2), on the device
   CHECK(reads_back([&] { model.forward(next, {1, 1}, paged); }) == 1);
+  CHECK(paged.capacity() == 4);
   nn::KVCache contiguous;
   model.forward(from_vector(std::vector<int64_t>{1, 2, 3, 4}, {2, 2}, on_gpu), contiguous);
   CHECK(reads_back([&] { model.forward(next.view({2, 1}), contiguous); }) == 1);
   Generator dropout{1, 0};
-  const Tensor cu = from_vector(std::vector<int64_t>{0, 3, 5}, {3});  // on the host
-  const Tensor five = argmax(prefill, -1);                            // (5), on the device
-  CHECK(reads_back([&] { model.forward(five, cu, dropout); }) == 1);
+  const Tensor cu = from_vector(std::vector<int64_t>{0, 4, 6}, {3});  // on the host
+  const Tensor six = argmax(prefill, -1);                             // (6), on the device
+  CHECK(reads_back([&] { model.forward(six, cu, dropout); }) == 1);
+  // A batch's loss, padded or packed, from the host's ids and targets (a training step's
+  // forward, an ignored target among them): nothing read back.
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, -100, 5, 6, 7}, {2, 3});
+  CHECK(reads_back([&] { nn::batch_loss(model, {ids, targets}, dropout); }) == 0);
+  CHECK(reads_back([&] {
+          nn::batch_loss(model, {ids.reshape({6}), targets.reshape({6}), cu}, dropout);
+        }) == 0);
 }
