@@ -32,6 +32,9 @@ def specialise(tree):
     for name in KERNEL_FILES:
         cu = os.path.join(tree, "backends/cuda", name)
         s = re.sub(r"interior\(a, sq, [^;]*?\)(?=[;)&])", "true", open(cu).read())
+        # Plain options (no mask, ALiBi or softcap): the path the edge tiles' inline
+        # visibility shares with the interior ones.
+        s = s.replace("a.plain()", "true")
         s = s.replace("a.scale > 0 && true", "true").replace("!(a.dropout_p > 0)", "true")
         # The forward's accumulators are rescaled only at tiles that move some row's base
         # maximum (by more than 2^8), rare after the first: the interior path skips it.
