@@ -48,6 +48,17 @@ void set_cuda_sdpa_tensor_cores(bool on);
 int cuda_sdpa_warp_rows();
 void set_cuda_sdpa_warp_rows(int rows);
 
+// Whether the tensor-core SDPA's backward sums dQ in a fixed order (the default): in a pass of
+// its own, which recomputes each tile's scores and dP (7 tile products per tile against 5), as
+// DESIGN §4 asks. false sums each key block's share of dQ into float32 with atomic adds inside
+// the dK/dV pass (FlashAttention-2's way, and PyTorch's flash backend's default): one pass and
+// two products fewer, at the price of float32 additions in an order that varies from run to run
+// (dQ may then differ in its last bits between two identical calls; dK, dV and the forward do
+// not). Until set, the environment variable TAPEGRAD_CUDA_SDPA_DETERMINISTIC ("1" or "0")
+// decides, read on every call, else true. Anything else is an error. Nothing else reads it.
+bool cuda_sdpa_deterministic();
+void set_cuda_sdpa_deterministic(bool on);
+
 // How cuBLAS float32 GEMMs may run on CUDA devices, with PyTorch's names:
 //  "highest" (the default): float32 arithmetic.
 //  "high": TF32 (10-bit mantissa products, float32 sums; CUBLAS_COMPUTE_32F_FAST_TF32).

@@ -32,6 +32,8 @@ def specialise(tree):
     for name in KERNEL_FILES:
         cu = os.path.join(tree, "backends/cuda", name)
         s = re.sub(r"interior\(a, sq, [^;]*?\)(?=[;)&])", "true", open(cu).read())
+        # dQ's sums added by the dK/dV pass: whole slices of real rows and columns.
+        s = re.sub(r"interior_sums\([^;]*?\)(?=\))", "true", s)
         # Plain options (no mask, ALiBi or softcap): the path the edge tiles' inline
         # visibility shares with the interior ones.
         s = s.replace("a.plain()", "true")
@@ -96,15 +98,15 @@ def main():
             sass += subprocess.run(["cuobjdump", "-sass", cubin], check=True,
                                    capture_output=True, text=True).stdout
     print(f"{'kernel (interior path, one tile)':58} {'instr':>6} {'HMMA':>5} {'LDSM':>5} "
-          f"{'MUFU':>5} {'per HMMA':>8}")
+          f"{'MUFU':>5} {'LDL':>4} {'REDG':>4} {'per HMMA':>8}")
     for name, ins in sorted(kernels(sass).items()):
         if "bfloat16" not in name or "delta" in name:
             continue
         h = main_loop(ins)
         n = sum(h.values())
         if h["HMMA"]:
-            print(f"{name:58} {n:6} {h['HMMA']:5} {h['LDSM']:5} {h['MUFU']:5} "
-                  f"{n / h['HMMA']:8.1f}")
+            print(f"{name:58} {n:6} {h['HMMA']:5} {h['LDSM']:5} {h['MUFU']:5} {h['LDL']:4} "
+                  f"{h['REDG']:4} {n / h['HMMA']:8.1f}")
 
 
 if __name__ == "__main__":

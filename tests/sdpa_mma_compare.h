@@ -45,6 +45,7 @@ struct Scoped {
 };
 using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_rows>;
 using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
+using Deterministic = Scoped<bool, tg::cuda_sdpa_deterministic, tg::set_cuda_sdpa_deterministic>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,

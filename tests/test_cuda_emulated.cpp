@@ -182,6 +182,23 @@ TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
   }
 }
 
+TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the CPU") {
+  // cuda_sdpa_deterministic() false: no dQ pass; each dK/dV block adds its keys' share of dQ
+  // (the emulator runs the blocks one after another, so here the order is fixed and both
+  // schedules agree bitwise). Random configurations, and an odd head dim (single adds).
+  const Deterministic atomics(false);
+  std::mt19937_64 rng(2032);
+  for (int n = 0; n < 6; ++n) {
+    Config c = random_config(rng);
+    if (n == 5) c.Dqk = 7;
+    const WarpRows rows(n % 2 ? 32 : 16);
+    DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
+    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    compare_config(c, dt, 14000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+  }
+}
+
 TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as the scores say") {
   // Scores rising along the keys by about 15 (log2 units) per 64-key tile, so every tile moves
   // each row's base (kRescaleLog2 = 8), then falling, so that none does: the output and

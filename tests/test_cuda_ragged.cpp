@@ -174,6 +174,14 @@ TEST_CASE("ragged and paged sdpa on the tensor cores: 16-bit against the CPU") {
     const DType dt = n % 2 ? kFloat16 : kBFloat16;
     const double u = dt == kBFloat16 ? 0x1p-8 : 0x1p-11;
     compare_devices(c, call, dt, 4 * u, 8 * u);
+    // Every third one again with dQ summed by the dK/dV pass (atomic adds): each sequence's
+    // rows of the sums.
+    if (n % 3 == 0) {
+      set_cuda_sdpa_deterministic(false);
+      INFO("dQ summed by the dK/dV pass");
+      compare_devices(c, call, dt, 4 * u, 8 * u);
+      set_cuda_sdpa_deterministic(true);
+    }
   }
   // Two sequences of 9 and 70 keys in blocks of 16 of a shuffled pool, 1 and 3 new queries.
   const PagedCall paged =

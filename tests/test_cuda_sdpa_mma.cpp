@@ -182,3 +182,37 @@ TEST_CASE("sdpa on the tensor cores: 32 rows per warp, against the CPU and bitwi
     }
   }
 }
+
+TEST_CASE("sdpa on the tensor cores: dQ summed by the dK/dV pass, against the CPU") {
+  // cuda_sdpa_deterministic() false: no dQ pass, each key block adds its share of dQ with
+  // atomic adds. Every dtype and option; dK and dV stay bitwise what the default gives.
+  TensorCores on(true);
+  {
+    const Deterministic atomics(false);
+    std::mt19937_64 rng(2033);
+    for (int n = 0; n < 60; ++n) {
+      const Config c = random_config(rng);
+      const DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
+      INFO("config " << n << " (" << std::string(dtype_name(dt))
+                     << ", dQ summed): " << describe(c));
+      compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng);
+    }
+  }
+  const Tensor q = tgtest::rnd({2, 4, 150, 64}, 1).to(kBFloat16).to(kCUDA);
+  const Tensor k = tgtest::rnd({2, 2, 130, 64}, 2).to(kBFloat16).to(kCUDA);
+  const Tensor v = tgtest::rnd({2, 2, 130, 64}, 3).to(kBFloat16).to(kCUDA);
+  const Tensor dout = tgtest::rnd({2, 4, 150, 64}, 4).to(kBFloat16).to(kCUDA);
+  SdpaOptions o;
+  o.causal = true;
+  const SdpaResult r = sdpa_forward(q, k, v, o);
+  const auto grads = [&](bool deterministic) {
+    const Deterministic mode(deterministic);
+    return sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+  };
+  const SdpaGrads fixed = grads(true), summed = grads(false);
+  const auto values = [](const Tensor& t) { return t.to(kFloat32).to_vector<float>(); };
+  CHECK(values(fixed.dk) == values(summed.dk));
+  CHECK(values(fixed.dv) == values(summed.dv));
+  check_close("dq summed against the dQ pass", fixed.dq.to(kFloat64), summed.dq.to(kFloat64),
+              4 * unit(kBFloat16));
+}

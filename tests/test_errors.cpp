@@ -140,6 +140,22 @@ TEST_CASE("float32 matmul precision: PyTorch's two names, anything else an error
   CHECK(float32_matmul_precision() == "highest");
 }
 
+TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", else an error") {
+  CHECK(cuda_sdpa_deterministic());  // the test environment sets nothing
+  setenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC", "0", 1);
+  CHECK(!cuda_sdpa_deterministic());
+  setenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC", "yes", 1);
+  check_throws_with_prefix(
+      [&] { cuda_sdpa_deterministic(); }, "[cuda_sdpa_deterministic]",
+      "TAPEGRAD_CUDA_SDPA_DETERMINISTIC: expected \"1\" or \"0\", got \"yes\"");
+  set_cuda_sdpa_deterministic(true);  // set: the environment is not read
+  CHECK(cuda_sdpa_deterministic());
+  unsetenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC");
+  set_cuda_sdpa_deterministic(false);
+  CHECK(!cuda_sdpa_deterministic());
+  set_cuda_sdpa_deterministic(true);
+}
+
 TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {
   // Until set, the environment decides on every call (the test environment sets nothing).
   CHECK(cuda_sdpa_warp_rows() == 0);  // automatic

@@ -167,6 +167,23 @@ TEST_CASE("tensor-core fragments: the kernels' ldmatrix addresses and mma layout
   check_products(abt, pv, 12);
 }
 
+TEST_CASE("tensor-core fragments: A read transposed from A^T gives A's own fragments") {
+  // The dK/dV pass stages dS^T (keys x queries) and reads dS's A fragments from it
+  // (at_address, ldmatrix .trans), for dQ += dS K.
+  std::mt19937 rng(5);
+  const Matrix A = random_matrix(16, 64, rng);
+  Matrix At(64, std::vector<double>(16));
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 64; ++c) At[c][r] = A[r][c];
+  for (int kk = 0; kk < 4; ++kk) {
+    const Regs direct = ldmatrix_x4(
+        A, [kk](int lane) { return a_address(lane, kk); }, false);
+    const Regs transposed = ldmatrix_x4(
+        At, [kk](int lane) { return at_address(lane, kk); }, true);
+    CHECK(direct == transposed);
+  }
+}
+
 namespace {
 
 // The TF32 path (float32 split into TF32 halves): one value per register.

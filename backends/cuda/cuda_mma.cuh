@@ -136,6 +136,19 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// p[0] += x and p[1] += y in global memory, each atomically (red.global.add: blocks add to the
+// same sums in whatever order they run); one 8-byte vector add from sm_90 on, where p must be
+// 8-byte aligned.
+__device__ __forceinline__ void atomic_add2(float* p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
+#else
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#endif
+}
+__device__ __forceinline__ void atomic_add(float* p, float x) { atomicAdd(p, x); }
+
 #endif  // TG_CUDA_EMULATION
 
 // float32 on the tensor cores: x = hi + lo with hi = x rounded to TF32 (cvt.rna: nearest, ties

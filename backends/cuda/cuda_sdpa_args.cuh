@@ -24,6 +24,9 @@ struct Args {
   int64_t qs[4], ks[4], vs[4], os[4], dos[4];
   S *out, *dq, *dk, *dv;
   T *stats, *delta, *dscores;
+  // The tensor-core backward's dQ sums (B, Hq, Sq, Dqk) in float32, when its dK/dV pass adds
+  // them up (cuda_sdpa_deterministic() false); else null.
+  T* dq_sum;
   int64_t outs[4], sts[4], dqs[4], dks[4], dvs[4];
   const void* mask;
   bool mask_bool;
@@ -145,6 +148,8 @@ __device__ __forceinline__ void delta_row(const Args<float, S>& a, int64_t row, 
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i >= sq.rows_q) return;
+  if (a.dq_sum)  // the row's dQ sums start at 0 (the dK/dV pass adds to them)
+    for (int64_t d = lane; d < a.Dqk; d += 32) a.dq_sum[row * a.Dqk + d] = 0;
   float acc = 0;
   for (int64_t d = lane; d < a.Dv; d += 32)
     acc += static_cast<float>(a.dout[at4(a.dos, b, h, sq.q0 + i, d)]) *

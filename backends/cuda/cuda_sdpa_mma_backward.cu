@@ -128,15 +128,119 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 // accumulators of 256 columns per thread do not fit in registers).
 enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
 
+// With dQ summed in the dK/dV pass (kSumDq), a walked tile's dS is staged in shared memory for
+// dQ += dS K: in the tile's dO buffer, read for the last time by then, where it fits, else in
+// a region of its own. 16-bit: as dS^T (the block's kRows keys by the kN query rows, pitch
+// kPitch<S, kN>), a lane's two adjacent queries one 32-bit store, read back as dS's A
+// fragments by ldmatrix .trans (at_address). Float: as dS (kN rows of kRows keys), its keys in
+// the column order that makes ldmatrix's A fragments the ones to_a_fragment builds
+// (mma_layout.h: k slot t is column 2t, slot t + 4 column 2t + 1), which warp_pv's B follows.
+template <class S, int kN>
+constexpr int kDsValues = kTf32<S> ? kN* kPitch<S, kRows> : kRows* kPitch<S, kN>;
+template <class S, int kD>
+constexpr bool kDsInDo = kDsValues<S, kBackwardWalk<S, kD>> <= kBackwardWalk<S, kD>* kPitch<S, kD>;
+
+template <class S, int kN>
+__device__ __forceinline__ void stage_ds(S* dS, const float (&ds_t)[kN / 8][4]) {
+  const int key0 = 16 * (threadIdx.x / 32);  // the warp's keys, rows of ds_t
+  if constexpr (kTf32<S>) {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + frag_row(e), c = key % 8;
+        dS[frag_col(nt, e) * kPitch<S, kRows> + key - c + (c % 2 ? c / 2 + 4 : c / 2)] =
+            ds_t[nt][e];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(dS + (key0 + frag_row(2 * r)) * kPitch<S, kN> +
+                                     frag_col(nt, 0)) =
+            mma::pack2<S>(ds_t[nt][2 * r], ds_t[nt][2 * r + 1]);
+    }
+  }
+}
+
+// The A fragments of the staged dS's 16 query rows from row0, every k-step (kRows keys).
+template <class S, int kN>
+__device__ __forceinline__ void load_ds(AFragments<S, kRows>& f, const S* dS, int row0) {
+  if constexpr (kTf32<S>) {
+    load_a_fragments<S, kRows, kPitch<S, kRows>>(f, dS, row0);
+  } else {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < kRows / 16; ++kk) {
+      const mma::RowCol at = mma::at_address(lane, kk);
+      mma::ldmatrix_x4_trans(f[kk], dS + at.row * kPitch<S, kN> + row0 + at.col);
+    }
+  }
+}
+
+// Whether a slice's 16 rows from `first` and dQ's columns up to `end` are all real, and pairs
+// of columns 8-byte aligned.
+__device__ __forceinline__ bool interior_sums(int64_t first, int64_t rows, int end, int64_t width) {
+  return first + 16 <= rows && end <= width && width % 2 == 0;
+}
+
+// dQ += dS K (times the scale at the end) for a walked tile of kN query rows from i0 of head h,
+// dS staged as above: the block's share of those rows' dQ, added into a.dq_sum. The warps
+// split the tile's 16-row slices and dQ's columns between them, and take the columns 64 at a
+// time (a thread's sums for 128 would not fit beside the dK and dV ones).
+template <class S, int kD, int kN>
+__device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, const S* Ks, int64_t b,
+                                       int64_t h, int64_t i0, const SdpaSequence& sq) {
+  constexpr int kSlices = kN / 16, kSplit = kWarps / kSlices, kCols = kD / kSplit;
+  constexpr int kPiece = kCols < 64 ? kCols : 64;
+  static_assert(kN % 16 == 0 && kWarps % kSlices == 0 && kCols % kPiece == 0 && kPiece % 16 == 0);
+  const int warp = threadIdx.x / 32, slice = warp % kSlices;
+  const int col0 = warp / kSlices * kCols;
+  AFragments<S, kRows> ds;
+  load_ds<S, kN>(ds, dS, 16 * slice);
+  const int64_t first = i0 + 16 * slice;  // the slice's first row
+  const int64_t row_base = (b * a.Hq + h) * a.Sq;
+#pragma unroll
+  for (int piece = 0; piece < kCols / kPiece; ++piece) {
+    const int c0 = col0 + piece * kPiece;
+    float acc[kPiece / 8][4] = {};
+    warp_pv<S, kPiece, kRows, kPitch<S, kD>>(ds, Ks + c0, acc);
+    if (interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
+      // One add per pair of columns from two row bases.
+      float* at = a.dq_sum + (row_base + first + frag_row(0)) * a.Dqk + c0 + frag_col(0, 0);
+      const int64_t down = 8 * a.Dqk;  // row g + 8
+#pragma unroll
+      for (int dt = 0; dt < kPiece / 8; ++dt) {
+        mma::atomic_add2(at + 8 * dt, acc[dt][0], acc[dt][1]);
+        mma::atomic_add2(at + down + 8 * dt, acc[dt][2], acc[dt][3]);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kPiece / 8; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = first + frag_row(e);
+        const int d = c0 + frag_col(dt, e);
+        if (i < sq.rows_q && d < a.Dqk)
+          mma::atomic_add(a.dq_sum + (row_base + i) * a.Dqk + d, acc[dt][e]);
+      }
+    }
+  }
+}
+
 // dK and dV: the block's 64 key rows against every query tile of every query head of the
-// group that sees one of them, in order.
+// group that sees one of them, in order; with kSumDq, each tile's dS K added into dQ's sums too.
 // Uncapped (about 250 registers at D 64, two blocks per SM): capped at three blocks it
 // spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
-template <class S, int kD, DkvPart kPart>
+template <class S, int kD, DkvPart kPart, bool kSumDq>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kBackwardWalk<S, kD>, kP = kPitch<S, kD>;
   constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
+  static_assert(!kSumDq || kWantK, "dQ's sums need dS, which the dK pass computes");
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
   S* Vs = Ks + kRows * kP;
@@ -144,6 +248,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   S* dOs = Qs + 2 * kN * kP;
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN (log2 units)
   float* dl_s = lse_s + 2 * kN;
+  S* ds_own = reinterpret_cast<S*>(dl_s + 2 * kN);  // dS's region when not in dO's buffer
   const int warp = threadIdx.x / 32;
   const int64_t tiles = (a.Skv + kRows - 1) / kRows, blk = blockIdx.x;
   const int64_t j0 = (blk % tiles) * kRows, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
@@ -244,11 +349,14 @@ __global__ void __launch_bounds__(kBlockThreads)
             dpt[nt][e] =
                 plain_score_grad(a, b, h, i, j, st[nt][e] * a.scale, dpt[nt][e], lse, dl, &pd);
           } else {
-            const ScoreGrad g =
-                edge_score_grad(a, b, h, i, j, i < i_hi && j < sq.rows_kv, st[nt][e] * a.scale,
-                                dpt[nt][e], lse, dl, slope, sq);
+            const bool valid = i < i_hi && j < sq.rows_kv;
+            const ScoreGrad g = edge_score_grad(a, b, h, i, j, valid, st[nt][e] * a.scale,
+                                                dpt[nt][e], lse, dl, slope, sq);
             dpt[nt][e] = g.ds;
             pd = g.pd;
+            // The float mask's gradient, which the dQ pass writes when it runs.
+            if (kSumDq && a.dscores && valid)
+              a.dscores[((b * a.Hq + h) * a.Sq + i) * a.Skv + j] = g.raw;
           }
           st[nt][e] = pd;
         }
@@ -264,6 +372,13 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, dpt[nt]);
       warp_pv<S, kD, kN>(df, Qb, dk);
     }
+    if constexpr (kSumDq) {  // dQ += dS K: dS staged, then the block's products
+      S* dS = kDsInDo<S, kD> ? dOs + buf * kN * kP : ds_own;
+      if constexpr (kDsInDo<S, kD>) __syncthreads();  // every warp done with dO's buffer
+      stage_ds<S, kN>(dS, dpt);
+      __syncthreads();
+      add_dq<S, kD, kN>(a, dS, Ks, b, h, i0, sq);
+    }
     __syncthreads();
     cur = next;
   }
@@ -275,12 +390,27 @@ __global__ void __launch_bounds__(kBlockThreads)
     store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
 }
 
+// dQ = dQ's sums times the scale, into a.dq (one warp a row, rows of (B, Hq, Sq) as delta's).
+template <class S>
+__global__ void dq_store_kernel(Args<float, S> a) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= a.B * a.Hq * a.Sq) return;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const SdpaSequence sq = a.seq(b);
+  if (i >= sq.rows_q) return;
+  for (int64_t d = threadIdx.x % 32; d < a.Dqk; d += 32)
+    a.dq[at4(a.dqs, b, h, sq.q0 + i, d)] = round_to<S>(a.dq_sum[row * a.Dqk + d] * a.scale);
+}
+
 // Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp), in bytes.
 template <class S, int kD, int kM>
 constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<S, kD, kM>)*kPitch<S, kD> * sizeof(S);
-template <class S, int kD>
+template <class S, int kD, bool kSumDq = false>
 constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD> * sizeof(S) +
-                            4 * kBackwardWalk<S, kD> * sizeof(float);
+                            4 * kBackwardWalk<S, kD> * sizeof(float) +
+                            (kSumDq && !kDsInDo<S, kD>
+                                 ? kDsValues<S, kBackwardWalk<S, kD>> * sizeof(S)
+                                 : 0);
 
 }  // namespace
 
@@ -295,29 +425,54 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
     constexpr int kD = decltype(width)::value;
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
-      constexpr size_t smem = std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
+      constexpr size_t smem =
+          std::max({smem_dq<S, kD, kM>, smem_dkv<S, kD>, smem_dkv<S, kD, true>});
       if (smem > static_cast<size_t>(optin)) return;
       fits = true;
       cudaStream_t s = enter(device);
       const int64_t rows = a.B * a.Hq * a.Sq;
       Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
       a.delta = delta.as<float>();
+      // dQ in a pass of its own (fixed order), or summed by the dK/dV pass (atomic adds).
+      const bool sum_dq = !cuda_sdpa_deterministic() && rows > 0;
+      Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
+      a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
-        launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a), smem_dq<S, kD, kM>, s,
-               "sdpa mma backward dq kernel", a, vec);
+        if (!sum_dq)
+          launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a), smem_dq<S, kD, kM>, s,
+                 "sdpa mma backward dq kernel", a, vec);
       }
       const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
-      if (kv_blocks == 0) return;
-      if constexpr (kD > 128) {
-        launch(backward_dkv_kernel<S, kD, kDvOnly>, kv_blocks, smem_dkv<S, kD>, s,
-               "sdpa mma backward dv kernel", a, vec);
-        launch(backward_dkv_kernel<S, kD, kDkOnly>, kv_blocks, smem_dkv<S, kD>, s,
-               "sdpa mma backward dk kernel", a, vec);
-      } else {
-        launch(backward_dkv_kernel<S, kD, kDkAndDv>, kv_blocks, smem_dkv<S, kD>, s,
-               "sdpa mma backward dk/dv kernel", a, vec);
+      const auto dkv = [&](auto part, auto sums, const char* name) {
+        constexpr DkvPart kPart = decltype(part)::value;
+        constexpr bool kSums = decltype(sums)::value;
+        launch(backward_dkv_kernel<S, kD, kPart, kSums>, kv_blocks, smem_dkv<S, kD, kSums>, s, name,
+               a, vec);
+      };
+      using std::integral_constant;
+      using DkAndDv = integral_constant<DkvPart, kDkAndDv>;
+      using DkOnly = integral_constant<DkvPart, kDkOnly>;
+      if (kv_blocks > 0) {
+        if constexpr (kD > 128)
+          dkv(integral_constant<DkvPart, kDvOnly>{}, std::false_type{},
+              "sdpa mma backward dv kernel");
+        if (sum_dq) {
+          if constexpr (kD > 128)
+            dkv(DkOnly{}, std::true_type{}, "sdpa mma backward dk kernel, dq summed");
+          else
+            dkv(DkAndDv{}, std::true_type{}, "sdpa mma backward dk/dv kernel, dq summed");
+        } else {
+          if constexpr (kD > 128)
+            dkv(DkOnly{}, std::false_type{}, "sdpa mma backward dk kernel");
+          else
+            dkv(DkAndDv{}, std::false_type{}, "sdpa mma backward dk/dv kernel");
+        }
       }
+      // Without keys every row's sums stay 0: the rows' dQ is 0.
+      if (sum_dq)
+        launch(dq_store_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma dq store kernel",
+               a);
     });
   });
   return any && fits;

@@ -263,13 +263,12 @@ template <class S, int kN>
 using AFragments = uint32_t[kN / kStep<S>][4];
 
 // acc[m] (16 x kD, as kD / 8 C tiles) += P_m M for a warp's kM slices: P_m its 16 x kN values
-// as A fragments, M kN rows of kD values in shared memory, read transposed by ldmatrix
-// (16-bit), or value by value in the k order the float fragments carry (mma_layout.h,
-// pv_b_row_tf32), once for all slices.
-template <class S, int kD, int kN, int kM>
+// as A fragments, M kN rows of kD values in shared memory (pitch kP: another width's rows, of
+// which M's kD columns are a part), read transposed by ldmatrix (16-bit), or value by value in
+// the k order the float fragments carry (mma_layout.h, pv_b_row_tf32), once for all slices.
+template <class S, int kD, int kN, int kM, int kP = kPitch<S, kD>>
 __device__ __forceinline__ void warp_pv(const AFragments<S, kN> (&p)[kM], const S* M,
                                         float (&acc)[kM][kD / 8][4]) {
-  constexpr int kP = kPitch<S, kD>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kN / kStep<S>; ++kk) {
@@ -304,11 +303,23 @@ __device__ __forceinline__ void warp_pv(const AFragments<S, kN> (&p)[kM], const 
   }
 }
 // One slice of 16 rows.
-template <class S, int kD, int kN>
+template <class S, int kD, int kN, int kP = kPitch<S, kD>>
 __device__ __forceinline__ void warp_pv(const AFragments<S, kN>& p, const S* M,
                                         float (&acc)[kD / 8][4]) {
-  warp_pv<S, kD, kN, 1>(reinterpret_cast<const AFragments<S, kN>(&)[1]>(p), M,
-                        reinterpret_cast<float(&)[1][kD / 8][4]>(acc));
+  warp_pv<S, kD, kN, 1, kP>(reinterpret_cast<const AFragments<S, kN>(&)[1]>(p), M,
+                            reinterpret_cast<float(&)[1][kD / 8][4]>(acc));
+}
+
+// The A fragments of a warp's 16 rows from row0 of a matrix in shared memory (kN columns,
+// pitch kP), every k-step, as warp_abt reads its A.
+template <class S, int kN, int kP>
+__device__ __forceinline__ void load_a_fragments(AFragments<S, kN>& f, const S* A, int row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kN / kStep<S>; ++kk) {
+    const mma::RowCol at = kTf32<S> ? mma::a_address_tf32(lane, kk) : mma::a_address(lane, kk);
+    mma::ldmatrix_x4(f[kk], A + (row0 + at.row) * kP + at.col);
+  }
 }
 
 // C tile nt's four values into the A fragments of the next product: rounded to 16 bits (C

@@ -20,6 +20,12 @@ TG_HD constexpr RowCol a_address(int lane, int kk) {
   return {lane % 16, kk * 16 + (lane / 16) * 8};
 }
 
+// ldmatrix.x4.trans of A's k-step kk from A^T stored row-major (k rows, A's 16 rows as its
+// columns): the same a0..a3 as a_address gives from A itself.
+TG_HD constexpr RowCol at_address(int lane, int kk) {
+  return {kk * 16 + 8 * (lane / 16) + lane % 8, 8 * ((lane / 8) % 2)};
+}
+
 // ldmatrix.x4 (no transpose) of B = M^T for C = A M^T, M row-major with its rows the
 // columns of C: b0, b1 of column tile 2 np, then b0, b1 of column tile 2 np + 1, at k-step kk.
 TG_HD constexpr RowCol bt_address(int lane, int np, int kk) {

@@ -138,6 +138,13 @@ void cp_async_wait() {
   ::tg::cuda_emulator::async_wait(kPending);
 }
 
+// Global atomic adds: the emulator runs one thread at a time, so a plain add is atomic.
+inline void atomic_add2(float* p, float x, float y) {
+  p[0] += x;
+  p[1] += y;
+}
+inline void atomic_add(float* p, float x) { *p += x; }
+
 // ex2.approx.ftz.f32: results below the smallest normal float are 0.
 inline float exp2_ftz(float x) {
   const float y = std::exp2(x);
