@@ -1,0 +1,55 @@
+// The tensor-core SDPA's process-wide settings (cuda_api.h): tg::cuda_sdpa_warp_rows and
+// tg::cuda_sdpa_deterministic, in every build (a build without CUDA keeps and checks them, and
+// nothing reads them). Each is -1 until set, and then the environment decides, read on every
+// call.
+#include <atomic>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+
+#include "backends/cuda_api.h"
+#include "core/error.h"
+
+namespace tg {
+namespace {
+
+std::atomic<int> g_rows{-1};           // else 0 (automatic), 16 or 32
+std::atomic<int> g_deterministic{-1};  // else 0 or 1
+
+// The environment variable `name`'s value, one of `allowed` (else an error from `op`), or
+// `fallback` when it is unset or empty.
+std::string from_env(const char* name, std::initializer_list<const char*> allowed,
+                     const char* expected, const char* fallback, const char* op) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return fallback;
+  const std::string s = env;
+  for (const char* a : allowed)
+    if (s == a) return s;
+  fail(op, name, ": expected ", expected, ", got \"", s, "\"");
+}
+
+}  // namespace
+
+int cuda_sdpa_warp_rows() {
+  const int rows = g_rows.load();
+  if (rows != -1) return rows;
+  return std::stoi(from_env("TAPEGRAD_CUDA_SDPA_WARP_ROWS", {"0", "16", "32"},
+                            "\"0\" (automatic), \"16\" or \"32\"", "0", "cuda_sdpa_warp_rows"));
+}
+
+void set_cuda_sdpa_warp_rows(int rows) {
+  if (rows != 0 && rows != 16 && rows != 32)
+    fail("set_cuda_sdpa_warp_rows", "rows: expected 0 (automatic), 16 or 32, got ", rows);
+  g_rows.store(rows);
+}
+
+bool cuda_sdpa_deterministic() {
+  const int set = g_deterministic.load();
+  if (set != -1) return set == 1;
+  return from_env("TAPEGRAD_CUDA_SDPA_DETERMINISTIC", {"1", "0"}, "\"1\" or \"0\"", "1",
+                  "cuda_sdpa_deterministic") == "1";
+}
+
+void set_cuda_sdpa_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
+
+}  // namespace tg
