@@ -22,7 +22,7 @@ std::string from_env(const char* name, std::initializer_list<const char*> allowe
                      const char* expected, const char* fallback, const char* op) {
   const char* env = std::getenv(name);
   if (!env || !*env) return fallback;
-  const std::string s = env;
+  std::string s = env;
   for (const char* a : allowed)
     if (s == a) return s;
   fail(op, name, ": expected ", expected, ", got \"", s, "\"");

@@ -127,6 +127,7 @@ std::vector<std::vector<int64_t>> sample_batch(const Transformer& model,
     // Each sequence's last fed token: its row of logits predicts the next. The rows are read
     // back in one copy, one wait for the device a step rather than one a sequence.
     std::vector<int64_t> last;
+    last.reserve(counts.size());
     int64_t at = -1;
     for (int64_t n : counts) last.push_back(at += n);
     const std::vector<double> rows =

@@ -33,6 +33,7 @@ struct TableKey {
   DeviceType device_type = DeviceType::CPU;
   int device_index = 0;
   std::vector<int64_t> positions;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy reads the defaulted <=> as a 0 literal
   auto operator<=>(const TableKey&) const = default;
   Device device() const { return {device_type, device_index}; }
 };
