@@ -1,6 +1,7 @@
 #include "ops/rope.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <compare>
 #include <map>
@@ -39,13 +40,15 @@ struct TableKey {
 };
 
 // cos and sin (rows, half) of the angles (position(t) + offset) * theta^(-2i/D), position(t) =
-// t, computed in double and cast to the key's dtype; sin is negated for the inverse rotation.
+// t or positions[t], computed in double and cast to the key's dtype; sin is negated for the
+// inverse rotation.
 std::pair<Tensor, Tensor> computed_tables(const TableKey& k) {
   std::vector<double> c(static_cast<size_t>(k.rows * k.half)), s(c.size());
   for (int64_t i = 0; i < k.half; ++i) {
     const double freq = std::pow(k.theta, -2.0 * static_cast<double>(i) / (2.0 * k.half));
     for (int64_t t = 0; t < k.rows; ++t) {
-      const double angle = static_cast<double>(t + k.offset) * freq;
+      const int64_t at = k.positions.empty() ? t : k.positions[static_cast<size_t>(t)];
+      const double angle = static_cast<double>(at + k.offset) * freq;
       c[t * k.half + i] = std::cos(angle);
       s[t * k.half + i] = k.inverse ? -std::sin(angle) : std::sin(angle);
     }
@@ -55,21 +58,27 @@ std::pair<Tensor, Tensor> computed_tables(const TableKey& k) {
 }
 
 // The tables of the last few keys seen: a model asks for the same ones in every layer and every
-// step, and on a GPU each new table is a host-to-device copy. With positions, the rows of the
-// table of positions 0..max gathered on the device (the same values): a packed batch's
-// positions change every step, and T x D/2 cosines and sines on the host took longer than the
-// step's rope kernels. The caller holds the mutex.
+// step, and on a GPU each new table is a host-to-device copy. Rows at given positions that lie
+// among few (a packed batch's, restarting at every sequence: positions below a power of two no
+// more than 4 T) are the rows of the table of positions 0 .. that power of two, gathered on the
+// device (the same values): those positions change every step, and T x D/2 cosines and sines
+// on the host took longer than the step's rope kernels, their tables above 64 KiB going up as
+// waited copies. Others (a decoding step's few rows far along) are computed as they are. The
+// caller holds the mutex.
 std::pair<Tensor, Tensor> tables(const TableKey& key) {
   static std::map<TableKey, std::pair<Tensor, Tensor>> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::pair<Tensor, Tensor> made;
-  if (key.positions.empty()) {
+  TableKey all = key;
+  if (!key.positions.empty()) {
+    const int64_t most = *std::max_element(key.positions.begin(), key.positions.end());
+    all.rows = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(most) + 1));
+    all.positions.clear();
+  }
+  if (key.positions.empty() || all.rows > 4 * key.rows) {
     made = computed_tables(key);
   } else {
-    TableKey all = key;
-    all.positions.clear();
-    all.rows = *std::max_element(key.positions.begin(), key.positions.end()) + 1;
     const auto [c, s] = tables(all);
     NoGradGuard no_grad;
     const Tensor at = detail::int64_to_device(key.positions, {key.rows}, key.device());

@@ -56,6 +56,18 @@ TEST_CASE("rope: positions put each row where it says, forward and gradient") {
     CHECK(y.narrow(0, t, 1).to_vector<double>() ==
           rope(x.narrow(0, t, 1), one).to_vector<double>());
   }
+  // Rows far apart (a decoding step's): computed row by row, the same bits again.
+  RopeOptions far;
+  far.seq_dim = 0;
+  far.positions = {3, 1000};
+  const Tensor x2 = x.narrow(0, 0, 2), y2 = rope(x2, far);
+  for (int64_t t = 0; t < 2; ++t) {
+    RopeOptions one;
+    one.seq_dim = 0;
+    one.offset = far.positions[static_cast<size_t>(t)];
+    CHECK(y2.narrow(0, t, 1).to_vector<double>() ==
+          rope(x2.narrow(0, t, 1), one).to_vector<double>());
+  }
   Fn f = [o](const std::vector<Tensor>& in) { return rope(in[0], o); };
   CHECK_GRADCHECK(f, std::vector<Tensor>{rnd({2, 5, 4}, 2).requires_grad_(true).transpose(0, 1)});
   tgtest::check_throws_with_prefix(
