@@ -425,16 +425,16 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
     constexpr int kD = decltype(width)::value;
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
-      constexpr size_t smem =
-          std::max({smem_dq<S, kD, kM>, smem_dkv<S, kD>, smem_dkv<S, kD, true>});
+      const int64_t rows = a.B * a.Hq * a.Sq;
+      // dQ in a pass of its own (fixed order), or summed by the dK/dV pass (atomic adds).
+      const bool sum_dq = !cuda_sdpa_deterministic() && rows > 0;
+      const size_t smem =
+          sum_dq ? smem_dkv<S, kD, true> : std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
       if (smem > static_cast<size_t>(optin)) return;
       fits = true;
       cudaStream_t s = enter(device);
-      const int64_t rows = a.B * a.Hq * a.Sq;
       Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
       a.delta = delta.as<float>();
-      // dQ in a pass of its own (fixed order), or summed by the dK/dV pass (atomic adds).
-      const bool sum_dq = !cuda_sdpa_deterministic() && rows > 0;
       Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
       a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
       if (rows) {
