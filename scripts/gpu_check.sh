@@ -10,7 +10,8 @@
 # tensor-core kernels, on by default; float32 as 3xTF32) against PyTorch's, bfloat16 again
 # with 16 and then 32 query rows per warp, and bfloat16 and float32 with dQ summed by the dK/dV
 # pass (TAPEGRAD_CUDA_SDPA_DETERMINISTIC=0);
-# ragged: packed against padded training and paged against contiguous decoding on the GPU;
+# ragged: packed against padded training (sequences up to 128 and 1024 tokens) and paged
+# against contiguous decoding on the GPU;
 # profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
 # benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
 # ragged.
@@ -74,6 +75,9 @@ if [ "$what" = mma ] || [ "$what" = all ]; then
 fi
 if [ "$what" = ragged ] || [ "$what" = all ]; then
   "$build/bench/bench_packed" 8 7 128 cuda || status=1
+  # Sequences up to 1024 tokens: where the GPU is bound by work rather than by each kernel's
+  # latency, packing's saved work should show (issue 18's 1.6x).
+  "$build/bench/bench_packed" 8 5 1024 cuda || status=1
   "$build/bench/bench_paged" 8 5 32 96 8 cuda || status=1
 fi
 if [ "$what" = profile ]; then
