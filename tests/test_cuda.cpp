@@ -384,14 +384,15 @@ TEST_CASE("the caching allocator: no cudaMalloc once a step's sizes have been se
 
 TEST_CASE("host-to-device copies are queued behind running kernels and arrive whole") {
   // A long product queued first keeps the copies pending while the 32 staging slots are
-  // reused: each small copy's bytes must be its own, though its host buffer is gone when
-  // from_vector returns; the last copy is above a slot's 64 KiB (the waited path).
+  // reused: each copy's bytes must be its own, though its host buffer is gone when
+  // from_vector returns. Copy 98 spans three 64 KiB slots; the last is above the 1 MiB that
+  // go through the slots (the waited path).
   Tensor a = randn({2048, 2048}, TensorOptions().device(kCUDA));
   Tensor busy = matmul(matmul(a, a), a);
   std::vector<Tensor> copies;
   std::vector<std::vector<int64_t>> expected;
   for (int64_t i = 0; i < 100; ++i) {
-    const int64_t n = i == 99 ? 20000 : 1 + (i * 37) % 900;
+    const int64_t n = i == 99 ? 140000 : i == 98 ? 20000 : 1 + (i * 37) % 900;
     std::vector<int64_t> v(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) v[static_cast<size_t>(j)] = i * 1000003 + j;
     copies.push_back(from_vector(v, {n}).to(kCUDA));

@@ -3,6 +3,7 @@
 //
 // A machine without a driver makes cudaGetDeviceCount return an error rather than 0: both
 // read as "no device".
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -185,14 +186,17 @@ void CudaBackend::to_host(const void* src, void* dst, size_t bytes) {
 
 namespace {
 
-// Host-to-device copies of up to kSlot bytes go through pinned staging slots: the bytes are
-// staged and the copy queued, and from_host returns without waiting. A synchronous copy waited
-// for every kernel queued before it and left the GPU idle until the host had queued more (a
-// packed training step's offsets, positions and tables made such waits every step). The slots
-// are used in turn; a slot is refilled once its last copy has run (its event).
+// Host-to-device copies of up to kStaged bytes go through pinned staging slots, kSlot bytes
+// at a time: the bytes are staged and the copies queued, and from_host returns without waiting.
+// A synchronous copy waited for every kernel queued before it and left the GPU idle until the
+// host had queued more (a packed training step's offsets, positions and tables made such waits
+// every step; a batch's ids above 64 KiB, or a long decoding cache's key rows, still did). The
+// slots are used in turn; a slot is refilled once its last copy has run (its event), so a
+// host that runs ahead of the device by more than the slots waits for the oldest.
 struct Staging {
   static constexpr size_t kSlot = size_t(64) << 10;
   static constexpr int kSlots = 32;
+  static constexpr size_t kStaged = kSlot * (kSlots / 2);  // 1 MiB: larger ones are waited for
   std::mutex mutex;
   char* host = nullptr;  // kSlots * kSlot pinned bytes, never freed (as the allocator's cache)
   cudaEvent_t copied[kSlots] = {};
@@ -216,21 +220,24 @@ Staging& staging(int device) {
 
 }  // namespace
 
-// The host buffer may be freed as soon as this returns: small copies are staged (above),
+// The host buffer may be freed as soon as this returns: copies up to 1 MiB are staged (above),
 // larger ones waited for.
 void CudaBackend::from_host(const void* src, void* dst, size_t bytes) {
   if (!bytes) return;
   cudaStream_t s = enter(device);
-  if (bytes <= Staging::kSlot) {
+  if (bytes <= Staging::kStaged) {
     Staging& st = staging(device);
     std::lock_guard<std::mutex> lock(st.mutex);
-    const int slot = st.next;
-    st.next = (slot + 1) % Staging::kSlots;
-    TG_CUDA(cudaEventSynchronize(st.copied[slot]));  // returns at once if never recorded
-    char* staged = st.host + static_cast<size_t>(slot) * Staging::kSlot;
-    std::memcpy(staged, src, bytes);
-    TG_CUDA(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s));
-    TG_CUDA(cudaEventRecord(st.copied[slot], s));
+    for (size_t done = 0; done < bytes; done += Staging::kSlot) {
+      const size_t n = std::min(Staging::kSlot, bytes - done);
+      const int slot = st.next;
+      st.next = (slot + 1) % Staging::kSlots;
+      TG_CUDA(cudaEventSynchronize(st.copied[slot]));  // returns at once if never recorded
+      char* staged = st.host + static_cast<size_t>(slot) * Staging::kSlot;
+      std::memcpy(staged, static_cast<const char*>(src) + done, n);
+      TG_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + done, staged, n, cudaMemcpyHostToDevice, s));
+      TG_CUDA(cudaEventRecord(st.copied[slot], s));
+    }
     return;
   }
   TG_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
