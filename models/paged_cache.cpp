@@ -115,19 +115,21 @@ PagedStep PagedKVCache::begin(const std::vector<int64_t>& new_tokens) {
   std::vector<int64_t> table(new_tokens.size() * static_cast<size_t>(pages), -1);
   for (size_t s = 0; s < pages_.size(); ++s)
     std::copy(pages_[s].begin(), pages_[s].end(), table.begin() + static_cast<int64_t>(s) * pages);
-  // Sent to the device with their host values kept (detail::int64_to_device): sdpa checks the
-  // offsets and index_copy_ the slots on the host in every layer, and a read from a GPU would
-  // wait for the work queued before it. kv_rows is only read by the kernel.
-  const Device device = k_.front().device();
-  const auto tensor = [device](const std::vector<int64_t>& v) {
-    return detail::int64_to_device(v, {static_cast<int64_t>(v.size())}, device);
-  };
-  step.cu_seqlens = tensor(cu);
-  step.page_table = detail::int64_to_device(table, {sequences(), pages}, device);
-  step.kv_rows =
-      from_vector(rows, {static_cast<int64_t>(rows.size())}, TensorOptions(kInt64).device(device));
-  step.cu_seqlens_kv = tensor(cu_kv);
-  step.slots = tensor(slots);
+  // Sent to the device in one copy, with their host values kept (detail::int64_to_device):
+  // sdpa checks the offsets and index_copy_ the slots on the host in every layer, and a read
+  // from a GPU would wait for the work queued before it.
+  const auto size = [](const std::vector<int64_t>& v) { return static_cast<int64_t>(v.size()); };
+  const std::vector<Tensor> sent = detail::int64_to_device({{cu, {size(cu)}},
+                                                            {table, {sequences(), pages}},
+                                                            {rows, {size(rows)}},
+                                                            {cu_kv, {size(cu_kv)}},
+                                                            {slots, {size(slots)}}},
+                                                           k_.front().device());
+  step.cu_seqlens = sent[0];
+  step.page_table = sent[1];
+  step.kv_rows = sent[2];
+  step.cu_seqlens_kv = sent[3];
+  step.slots = sent[4];
   return step;
 }
 

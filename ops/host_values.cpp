@@ -79,6 +79,22 @@ Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, D
   return t;
 }
 
+std::vector<Tensor> int64_to_device(const std::vector<Int64Part>& parts, Device device) {
+  std::vector<int64_t> all;
+  for (const Int64Part& p : parts) all.insert(all.end(), p.values.begin(), p.values.end());
+  const Tensor t =
+      from_vector(all, {static_cast<int64_t>(all.size())}, TensorOptions(kInt64).device(device));
+  std::vector<Tensor> views;
+  int64_t at = 0;
+  for (const Int64Part& p : parts) {
+    const auto n = static_cast<int64_t>(p.values.size());
+    views.push_back(t.narrow(0, at, n).view(p.sizes));
+    if (!device.is_cpu()) keep(views.back(), p.values);
+    at += n;
+  }
+  return views;
+}
+
 std::optional<std::vector<int64_t>> known_int64(const Tensor& t) {
   if (t.device().is_cpu()) return t.to_vector<int64_t>();
   return kept_values(t);

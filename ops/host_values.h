@@ -25,6 +25,15 @@ std::vector<int64_t> host_int64(const Tensor& t);
 // and cache slots, a packed batch's offsets).
 Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, Device device);
 
+// Several such tensors in one copy to the device (each upload is a call the host makes and a
+// copy the device queues): views of one tensor holding the values back to back, each of its
+// part's shape, each keeping its values as above.
+struct Int64Part {
+  std::vector<int64_t> values;
+  Shape sizes;
+};
+std::vector<Tensor> int64_to_device(const std::vector<Int64Part>& parts, Device device);
+
 // t's int64 values where the host has them without reading a device: a CPU tensor's, or the
 // values host_int64 keeps for a device tensor; else nothing.
 std::optional<std::vector<int64_t>> known_int64(const Tensor& t);
