@@ -24,10 +24,9 @@ struct Kept {
   std::vector<int64_t> values;
 };
 
-// A handful is enough: a step reads one or two offsets tensors (ragged q and kv, or a paged
-// step's offsets, lengths and page table, and the cache slots its new keys go to) in every
-// layer.
-constexpr size_t kKept = 8;
+// A handful is enough: a step keeps a few (a paged step's offsets, table, key rows and slots,
+// RoPE's positions; a training step's ids, targets and offsets) and reads them in every layer.
+constexpr size_t kKept = 16;
 
 // The same values in the same order: the same view, or contiguous ones of the same elements
 // (a reshape).

@@ -35,6 +35,12 @@ TEST_CASE("PagedKVCache: blocks follow the tokens, come back on clear and surviv
   CHECK(cache.blocks_in_use() == 2);
   CHECK(step.slots.to_vector<int64_t>() == Ids{0, 1, 2, 3});  // blocks 0 and 1
   CHECK(step.positions == Ids{0, 1, 2, 3});
+  // The step's index tensors (views of one upload): offsets, every key's pool row, the table.
+  CHECK(step.cu_seqlens.to_vector<int64_t>() == Ids{0, 4, 4});
+  CHECK(step.cu_seqlens_kv.to_vector<int64_t>() == Ids{0, 4, 4});
+  CHECK(step.kv_rows.to_vector<int64_t>() == Ids{0, 1, 2, 3});
+  CHECK(step.page_table.sizes() == Shape{2, 2});
+  CHECK(step.page_table.to_vector<int64_t>() == Ids{0, 1, -1, -1});
   const Tensor k = tgtest::rnd({4, 1, 2}, 1);
   cache.write(0, step, k, k);
   cache.end(step);
@@ -60,6 +66,15 @@ TEST_CASE("PagedKVCache: blocks follow the tokens, come back on clear and surviv
   CHECK(step.slots.to_vector<int64_t>() == Ids{0, 1, 2, 3, 4});  // blocks 0 and 1 again
   CHECK(cache.blocks_in_use() == 3);
   CHECK(cache.capacity() == 4);
+  // A step that adds nothing to empty sequences: empty rows, slots and table.
+  nn::PagedKVCache empty(1, 1, 2, 3, 0, kFloat64, kCPU);
+  empty.add_sequence();
+  empty.add_sequence();
+  const nn::PagedStep none = empty.begin({0, 0});
+  CHECK(none.cu_seqlens.to_vector<int64_t>() == Ids{0, 0, 0});
+  CHECK(none.kv_rows.numel() == 0);
+  CHECK(none.slots.numel() == 0);
+  CHECK(none.page_table.sizes() == Shape{2, 0});
   check_throws_with_prefix([&] { cache.begin({1}); }, "[PagedKVCache]", "one count");
   check_throws_with_prefix([&] { cache.begin({-1, 0}); }, "[PagedKVCache]", ">= 0 new tokens");
   check_throws_with_prefix([&] { cache.length(2); }, "[PagedKVCache]", "one of the 2 sequences");
