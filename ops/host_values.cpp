@@ -73,9 +73,7 @@ std::vector<int64_t> host_int64(const Tensor& t) {
 }
 
 Tensor int64_to_device(const std::vector<int64_t>& values, const Shape& sizes, Device device) {
-  Tensor t = from_vector(values, sizes, TensorOptions(kInt64).device(device));
-  if (!device.is_cpu()) keep(t, values);
-  return t;
+  return int64_to_device({{values, sizes}}, device).front();
 }
 
 std::vector<Tensor> int64_to_device(const std::vector<Int64Part>& parts, Device device) {

@@ -130,14 +130,15 @@ SdpaResult sdpa_paged(const Tensor& q, const Tensor& k_pool, const Tensor& v_poo
     }
     cu_kv.push_back(cu_kv.back() + len);
   }
-  // The row indices and offsets on q's device, where the kernel reads them; sdpa checks the
-  // offsets on the host, from the values kept here.
-  const Tensor ids = from_vector(rows, {static_cast<int64_t>(rows.size())},
-                                 TensorOptions(kInt64).device(q.device()));
+  // The row indices and offsets on q's device, where the kernel reads them, in one copy; sdpa
+  // checks the offsets on the host, from the values kept here.
+  const std::vector<Tensor> sent = detail::int64_to_device(
+      {{rows, {static_cast<int64_t>(rows.size())}}, {cu_q, {batch + 1}}, {cu_kv, {batch + 1}}},
+      q.device());
   SdpaOptions o = opts;
-  o.cu_seqlens_q = detail::int64_to_device(cu_q, {batch + 1}, q.device());
-  o.cu_seqlens_kv = detail::int64_to_device(cu_kv, {batch + 1}, q.device());
-  SdpaResult r = detail::sdpa_pool_rows(ragged_q ? q : to_rows(q), k_pool, v_pool, ids, o);
+  o.cu_seqlens_q = sent[1];
+  o.cu_seqlens_kv = sent[2];
+  SdpaResult r = detail::sdpa_pool_rows(ragged_q ? q : to_rows(q), k_pool, v_pool, sent[0], o);
   if (ragged_q) return r;
   return {from_rows(r.out, batch), from_rows(r.stats, batch)};
 }

@@ -450,24 +450,18 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
         launch(backward_dkv_kernel<S, kD, kPart, kSums>, kv_blocks, smem_dkv<S, kD, kSums>, s, name,
                a, vec);
       };
-      using std::integral_constant;
-      using DkAndDv = integral_constant<DkvPart, kDkAndDv>;
-      using DkOnly = integral_constant<DkvPart, kDkOnly>;
+      // Above head dim 128, dV and dK in passes of their own; dQ's sums go with dK.
+      using Dk = std::integral_constant<DkvPart, (kD > 128 ? kDkOnly : kDkAndDv)>;
+      const char* dk_name =
+          kD > 128 ? "sdpa mma backward dk kernel" : "sdpa mma backward dk/dv kernel";
       if (kv_blocks > 0) {
         if constexpr (kD > 128)
-          dkv(integral_constant<DkvPart, kDvOnly>{}, std::false_type{},
+          dkv(std::integral_constant<DkvPart, kDvOnly>{}, std::false_type{},
               "sdpa mma backward dv kernel");
-        if (sum_dq) {
-          if constexpr (kD > 128)
-            dkv(DkOnly{}, std::true_type{}, "sdpa mma backward dk kernel, dq summed");
-          else
-            dkv(DkAndDv{}, std::true_type{}, "sdpa mma backward dk/dv kernel, dq summed");
-        } else {
-          if constexpr (kD > 128)
-            dkv(DkOnly{}, std::false_type{}, "sdpa mma backward dk kernel");
-          else
-            dkv(DkAndDv{}, std::false_type{}, "sdpa mma backward dk/dv kernel");
-        }
+        if (sum_dq)
+          dkv(Dk{}, std::true_type{}, dk_name);
+        else
+          dkv(Dk{}, std::false_type{}, dk_name);
       }
       // Without keys every row's sums stay 0: the rows' dQ is 0.
       if (sum_dq)
