@@ -9,6 +9,8 @@
 // among them), each timed run ending with a device sync. --precision sets q, k, v's dtype;
 // on CUDA, 16-bit inputs run on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0: the float32
 // kernels on widened copies).
+// TAPEGRAD_BENCH_SDPA_CASES=text runs only the cases whose name holds it (say S8192_D128, to
+// profile one shape's kernels with Nsight Compute).
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".
@@ -67,7 +69,19 @@ void apply_option(const Case& c, tg::SdpaOptions& o, tg::Generator& gen) {
   if (c.option == "boolmask") o.mask = tg::gt(tg::randn({1, 1, c.S, c.S}, gen), -1.0).to(g_device);
 }
 
+std::string case_name(const Case& c) {
+  std::string name = "B" + std::to_string(c.B) + "_Hq" + std::to_string(c.Hq) + "_Hk" +
+                     std::to_string(c.Hk) + "_S" + std::to_string(c.S) + "_D" + std::to_string(c.D);
+  if (c.causal) name += "_causal";
+  if (!c.option.empty()) name += "_" + c.option;
+  return name;
+}
+
 void run_case(const Case& c) {
+  const std::string name = case_name(c);
+  if (const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
+      only && name.find(only) == std::string::npos)
+    return;
   tg::Generator gen{1, 0};
   auto make = [&](int64_t H) {
     return tg::randn({c.B, H, c.S, c.D}, gen).to(g_dtype).to(g_device).requires_grad_();
@@ -94,11 +108,8 @@ void run_case(const Case& c) {
   double f = fwd(ours), fb = fwdbwd(ours), rf = fwd(ref), rfb = fwdbwd(ref);
   // FLOPs: 2 GEMMs forward (4 B H S^2 D), 5 in backward; causal halves both.
   double flops = 4.0 * c.B * c.Hq * c.S * c.S * c.D * (c.causal ? 0.5 : 1.0);
-  std::printf("B%lld_Hq%lld_Hk%lld_S%lld_D%lld%s%s%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n",
-              static_cast<long long>(c.B), static_cast<long long>(c.Hq),
-              static_cast<long long>(c.Hk), static_cast<long long>(c.S),
-              static_cast<long long>(c.D), c.causal ? "_causal" : "", c.option.empty() ? "" : "_",
-              c.option.c_str(), f, fb, rf, rfb, flops / f * 1e-6, 3.5 * flops / fb * 1e-6);
+  std::printf("%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n", name.c_str(), f, fb, rf, rfb,
+              flops / f * 1e-6, 3.5 * flops / fb * 1e-6);
   std::fflush(stdout);
 }
 
