@@ -7,11 +7,12 @@
 // tolerances), as PyTorch's float32 memory-efficient kernel multiplies (CUTLASS's
 // OpMultiplyAddFastF32).
 //
-// A block is four warps. Forward and the backward's dQ pass: the block takes 64 query rows,
-// each warp 16 of them (or 128 and 32 under cuda_sdpa_warp_rows() == 32: two slices of 16 per
-// warp sharing each K/V fragment), and walks the visible key tiles; no softmax reduction
-// crosses warps.
-// The dK/dV pass: the block takes 64 key rows, each warp 16, and walks the query tiles of
+// A block is four warps (some dK/dV blocks eight). Forward and the backward's dQ pass: the block
+// takes 64 query rows, each warp 16 of them (or 128 and 32 under cuda_sdpa_warp_rows() == 32:
+// two slices of 16 per warp sharing each K/V fragment), and walks the visible key tiles; no
+// softmax reduction crosses warps.
+// The dK/dV pass: the block takes 64 key rows, each warp 16 (128 and eight warps for 16-bit rows
+// above head dim 128, or above 64 with dQ summed by the pass), and walks the query tiles of
 // every query head of its group in order, so dK and dV are summed without atomics and the
 // backward is deterministic (dQ has its own pass: S and dP are recomputed there; above head
 // dim 128 dV and dK have a pass each). Head dims up to 256, walked tiles of 32 rows above 128.

@@ -128,19 +128,30 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 // accumulators of 256 columns per thread do not fit in registers).
 enum DkvPart { kDkAndDv, kDvOnly, kDkOnly };
 
+// The warps of a dK/dV block, each owning 16 keys: four (two blocks to a multiprocessor), or
+// eight (one) for 16-bit rows above head dim 128, and above 64 when the pass sums dQ, where the
+// H100 ran them faster (docs/PERFORMANCE.md, session 36). A block reads each walked tile's Q and
+// dO rows once for its keys, and adds its keys' share of the tile's dQ with atomic adds: at 64
+// keys a block, those adds kept the L2 82% busy (head dim 128, bfloat16, Nsight Compute); 128
+// keys halve them per product. At head dim 64, and for float rows, eight warps ran slower. Where
+// eight warps' shared memory exceeds the device's (head dim 256 before sm_90), four run.
+template <class S, int kD, bool kSumDq>
+constexpr int kDkvWarps = !kTf32<S> && (kD > 128 || (kSumDq && kD > 64)) ? 8 : 4;
+
 // With dQ summed in the dK/dV pass (kSumDq), a walked tile's dS is staged in shared memory for
 // dQ += dS K: in the tile's dO buffer, read for the last time by then, where it fits, else in
-// a region of its own. 16-bit: as dS^T (the block's kRows keys by the kN query rows, pitch
+// a region of its own. 16-bit: as dS^T (the block's kKeys keys by the kN query rows, pitch
 // kPitch<S, kN>), a lane's two adjacent queries one 32-bit store, read back as dS's A
-// fragments by ldmatrix .trans (at_address). Float: as dS (kN rows of kRows keys), its keys in
+// fragments by ldmatrix .trans (at_address). Float: as dS (kN rows of kKeys keys), its keys in
 // the column order that makes ldmatrix's A fragments the ones to_a_fragment builds
 // (mma_layout.h: k slot t is column 2t, slot t + 4 column 2t + 1), which warp_pv's B follows.
-template <class S, int kN>
-constexpr int kDsValues = kTf32<S> ? kN* kPitch<S, kRows> : kRows* kPitch<S, kN>;
-template <class S, int kD>
-constexpr bool kDsInDo = kDsValues<S, kBackwardWalk<S, kD>> <= kBackwardWalk<S, kD>* kPitch<S, kD>;
+template <class S, int kN, int kKeys>
+constexpr int kDsValues = kTf32<S> ? kN* kPitch<S, kKeys> : kKeys* kPitch<S, kN>;
+template <class S, int kD, int kKeys>
+constexpr bool kDsInDo =
+    kDsValues<S, kBackwardWalk<S, kD>, kKeys> <= kBackwardWalk<S, kD>* kPitch<S, kD>;
 
-template <class S, int kN>
+template <class S, int kN, int kKeys>
 __device__ __forceinline__ void stage_ds(S* dS, const float (&ds_t)[kN / 8][4]) {
   const int key0 = 16 * (threadIdx.x / 32);  // the warp's keys, rows of ds_t
   if constexpr (kTf32<S>) {
@@ -149,7 +160,7 @@ __device__ __forceinline__ void stage_ds(S* dS, const float (&ds_t)[kN / 8][4]) 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + frag_row(e), c = key % 8;
-        dS[frag_col(nt, e) * kPitch<S, kRows> + key - c + (c % 2 ? c / 2 + 4 : c / 2)] =
+        dS[frag_col(nt, e) * kPitch<S, kKeys> + key - c + (c % 2 ? c / 2 + 4 : c / 2)] =
             ds_t[nt][e];
       }
     }
@@ -165,15 +176,15 @@ __device__ __forceinline__ void stage_ds(S* dS, const float (&ds_t)[kN / 8][4]) 
   }
 }
 
-// The A fragments of the staged dS's 16 query rows from row0, every k-step (kRows keys).
-template <class S, int kN>
-__device__ __forceinline__ void load_ds(AFragments<S, kRows>& f, const S* dS, int row0) {
+// The A fragments of the staged dS's 16 query rows from row0, every k-step (kKeys keys).
+template <class S, int kN, int kKeys>
+__device__ __forceinline__ void load_ds(AFragments<S, kKeys>& f, const S* dS, int row0) {
   if constexpr (kTf32<S>) {
-    load_a_fragments<S, kRows, kPitch<S, kRows>>(f, dS, row0);
+    load_a_fragments<S, kKeys, kPitch<S, kKeys>>(f, dS, row0);
   } else {
     const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       const mma::RowCol at = mma::at_address(lane, kk);
       mma::ldmatrix_x4_trans(f[kk], dS + at.row * kPitch<S, kN> + row0 + at.col);
     }
@@ -187,26 +198,27 @@ __device__ __forceinline__ bool interior_sums(int64_t first, int64_t rows, int e
 }
 
 // dQ += dS K (times the scale at the end) for a walked tile of kN query rows from i0 of head h,
-// dS staged as above: the block's share of those rows' dQ, added into a.dq_sum. The warps
-// split the tile's 16-row slices and dQ's columns between them, and take the columns 64 at a
-// time (a thread's sums for 128 would not fit beside the dK and dV ones).
-template <class S, int kD, int kN>
+// dS staged as above: the share of those rows' dQ of a block of kW warps (16 kW keys), added
+// into a.dq_sum. The warps split the tile's 16-row slices and dQ's columns between them, and
+// take the columns 64 at a time (a thread's sums for 128 would not fit beside the dK and dV
+// ones).
+template <class S, int kD, int kN, int kW>
 __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, const S* Ks, int64_t b,
                                        int64_t h, int64_t i0, const SdpaSequence& sq) {
-  constexpr int kSlices = kN / 16, kSplit = kWarps / kSlices, kCols = kD / kSplit;
+  constexpr int kKeys = 16 * kW, kSlices = kN / 16, kSplit = kW / kSlices, kCols = kD / kSplit;
   constexpr int kPiece = kCols < 64 ? kCols : 64;
-  static_assert(kN % 16 == 0 && kWarps % kSlices == 0 && kCols % kPiece == 0 && kPiece % 16 == 0);
+  static_assert(kN % 16 == 0 && kW % kSlices == 0 && kCols % kPiece == 0 && kPiece % 16 == 0);
   const int warp = threadIdx.x / 32, slice = warp % kSlices;
   const int col0 = warp / kSlices * kCols;
-  AFragments<S, kRows> ds;
-  load_ds<S, kN>(ds, dS, 16 * slice);
+  AFragments<S, kKeys> ds;
+  load_ds<S, kN, kKeys>(ds, dS, 16 * slice);
   const int64_t first = i0 + 16 * slice;  // the slice's first row
   const int64_t row_base = (b * a.Hq + h) * a.Sq;
 #pragma unroll
   for (int piece = 0; piece < kCols / kPiece; ++piece) {
     const int c0 = col0 + piece * kPiece;
     float acc[kPiece / 8][4] = {};
-    warp_pv<S, kPiece, kRows, kPitch<S, kD>>(ds, Ks + c0, acc);
+    warp_pv<S, kPiece, kKeys, kPitch<S, kD>>(ds, Ks + c0, acc);
     if (interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
       // One add per pair of columns from two row bases.
       float* at = a.dq_sum + (row_base + first + frag_row(0)) * a.Dqk + c0 + frag_col(0, 0);
@@ -231,37 +243,38 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
   }
 }
 
-// dK and dV: the block's 64 key rows against every query tile of every query head of the
-// group that sees one of them, in order; with kSumDq, each tile's dS K added into dQ's sums too.
-// Uncapped (about 250 registers at D 64, two blocks per SM): capped at three blocks it
-// spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
-template <class S, int kD, DkvPart kPart, bool kSumDq>
-__global__ void __launch_bounds__(kBlockThreads)
+// dK and dV: the block's kKeys = 16 kW key rows (16 a warp) against every query tile of every
+// query head of the group that sees one of them, in order; with kSumDq, each tile's dS K added
+// into dQ's sums too. Uncapped (about 250 registers at D 64, two blocks per SM): capped at three
+// blocks it spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
+template <class S, int kD, DkvPart kPart, bool kSumDq, int kW>
+__global__ void __launch_bounds__(32 * kW)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kBackwardWalk<S, kD>, kP = kPitch<S, kD>;
+  constexpr int kKeys = 16 * kW, kThreads = 32 * kW;
   constexpr bool kWantK = kPart != kDvOnly, kWantV = kPart != kDkOnly;
   static_assert(!kSumDq || kWantK, "dQ's sums need dS, which the dK pass computes");
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);
-  S* Vs = Ks + kRows * kP;
-  S* Qs = Vs + kRows * kP;  // two buffers of kN rows each
+  S* Vs = Ks + kKeys * kP;
+  S* Qs = Vs + kKeys * kP;  // two buffers of kN rows each
   S* dOs = Qs + 2 * kN * kP;
   float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kP);  // two buffers of kN (log2 units)
   float* dl_s = lse_s + 2 * kN;
   S* ds_own = reinterpret_cast<S*>(dl_s + 2 * kN);  // dS's region when not in dO's buffer
   const int warp = threadIdx.x / 32;
-  const int64_t tiles = (a.Skv + kRows - 1) / kRows, blk = blockIdx.x;
-  const int64_t j0 = (blk % tiles) * kRows, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
+  const int64_t tiles = (a.Skv + kKeys - 1) / kKeys, blk = blockIdx.x;
+  const int64_t j0 = (blk % tiles) * kKeys, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
   const SdpaSequence sq = a.seq(b);
   if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
   const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
-  load_rows<S, kD, kRows>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0, kv_end, a.Dqk, nullptr,
-                          vec.k);
+  load_rows<S, kD, kKeys, kThreads>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0, kv_end, a.Dqk,
+                                    nullptr, vec.k);
   if constexpr (kWantK)  // V is read only for dP, which only dK needs
-    load_rows<S, kD, kRows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv, nullptr,
-                            vec.v);
+    load_rows<S, kD, kKeys, kThreads>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv,
+                                      nullptr, vec.v);
   // Query rows that can see some key of [j0, j_last].
-  const int64_t j_last = min(j0 + kRows, sq.rows_kv) - 1;
+  const int64_t j_last = min(j0 + kKeys, sq.rows_kv) - 1;
   const IndexRange rows =
       sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
@@ -279,12 +292,12 @@ __global__ void __launch_bounds__(kBlockThreads)
   };
   const auto load_q = [&](QueryTile t, int buf) {
     const int64_t h = t.h, i0 = t.i0;
-    load_rows<S, kD, kN>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk,
-                         nullptr, vec.q);
-    load_rows<S, kD, kN>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos, sq.q0 + i0, q_end,
-                         a.Dv, nullptr, vec.dout);
+    load_rows<S, kD, kN, kThreads>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
+                                   q_end, a.Dqk, nullptr, vec.q);
+    load_rows<S, kD, kN, kThreads>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos,
+                                   sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
     const int64_t row_base = (b * a.Hq + h) * a.Sq;
-    static_assert(kN <= kBlockThreads);
+    static_assert(kN <= kThreads);
     if (const int r = threadIdx.x; r < kN) {  // one row each
       const bool in = i0 + r < sq.rows_q;
       lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;  // log2 units
@@ -373,11 +386,12 @@ __global__ void __launch_bounds__(kBlockThreads)
       warp_pv<S, kD, kN>(df, Qb, dk);
     }
     if constexpr (kSumDq) {  // dQ += dS K: dS staged, then the block's products
-      S* dS = kDsInDo<S, kD> ? dOs + buf * kN * kP : ds_own;
-      if constexpr (kDsInDo<S, kD>) __syncthreads();  // every warp done with dO's buffer
-      stage_ds<S, kN>(dS, dpt);
+      constexpr bool kInDo = kDsInDo<S, kD, kKeys>;
+      S* dS = kInDo ? dOs + buf * kN * kP : ds_own;
+      if constexpr (kInDo) __syncthreads();  // every warp done with dO's buffer
+      stage_ds<S, kN, kKeys>(dS, dpt);
       __syncthreads();
-      add_dq<S, kD, kN>(a, dS, Ks, b, h, i0, sq);
+      add_dq<S, kD, kN, kW>(a, dS, Ks, b, h, i0, sq);
     }
     __syncthreads();
     cur = next;
@@ -402,14 +416,15 @@ __global__ void dq_store_kernel(Args<float, S> a) {
     a.dq[at4(a.dqs, b, h, sq.q0 + i, d)] = round_to<S>(a.dq_sum[row * a.Dqk + d] * a.scale);
 }
 
-// Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp), in bytes.
+// Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp, or kKeys
+// keys a block), in bytes.
 template <class S, int kD, int kM>
 constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<S, kD, kM>)*kPitch<S, kD> * sizeof(S);
-template <class S, int kD, bool kSumDq = false>
-constexpr size_t smem_dkv = (2 * kRows + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD> * sizeof(S) +
+template <class S, int kD, bool kSumDq = false, int kKeys = kRows>
+constexpr size_t smem_dkv = (2 * kKeys + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD> * sizeof(S) +
                             4 * kBackwardWalk<S, kD> * sizeof(float) +
-                            (kSumDq && !kDsInDo<S, kD>
-                                 ? kDsValues<S, kBackwardWalk<S, kD>> * sizeof(S)
+                            (kSumDq && !kDsInDo<S, kD, kKeys>
+                                 ? kDsValues<S, kBackwardWalk<S, kD>, kKeys> * sizeof(S)
                                  : 0);
 
 }  // namespace
@@ -443,26 +458,33 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
           launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a), smem_dq<S, kD, kM>, s,
                  "sdpa mma backward dq kernel", a, vec);
       }
-      const int64_t kv_blocks = a.B * a.Hk * ((a.Skv + kRows - 1) / kRows);
       const auto dkv = [&](auto part, auto sums, const char* name) {
         constexpr DkvPart kPart = decltype(part)::value;
         constexpr bool kSums = decltype(sums)::value;
-        launch(backward_dkv_kernel<S, kD, kPart, kSums>, kv_blocks, smem_dkv<S, kD, kSums>, s, name,
-               a, vec);
+        const auto run = [&](auto warps) {
+          constexpr int kW = decltype(warps)::value;
+          const int64_t blocks = a.B * a.Hk * ((a.Skv + 16 * kW - 1) / (16 * kW));
+          if (blocks > 0)
+            launch<32 * kW>(backward_dkv_kernel<S, kD, kPart, kSums, kW>, blocks,
+                            smem_dkv<S, kD, kSums, 16 * kW>, s, name, a, vec);
+        };
+        constexpr int kW = kDkvWarps<S, kD, kSums>;
+        if (kW != kWarps && smem_dkv<S, kD, kSums, 16 * kW> <= static_cast<size_t>(optin))
+          run(std::integral_constant<int, kW>{});
+        else
+          run(std::integral_constant<int, kWarps>{});
       };
       // Above head dim 128, dV and dK in passes of their own; dQ's sums go with dK.
       using Dk = std::integral_constant<DkvPart, (kD > 128 ? kDkOnly : kDkAndDv)>;
       const char* dk_name =
           kD > 128 ? "sdpa mma backward dk kernel" : "sdpa mma backward dk/dv kernel";
-      if (kv_blocks > 0) {
-        if constexpr (kD > 128)
-          dkv(std::integral_constant<DkvPart, kDvOnly>{}, std::false_type{},
-              "sdpa mma backward dv kernel");
-        if (sum_dq)
-          dkv(Dk{}, std::true_type{}, dk_name);
-        else
-          dkv(Dk{}, std::false_type{}, dk_name);
-      }
+      if constexpr (kD > 128)
+        dkv(std::integral_constant<DkvPart, kDvOnly>{}, std::false_type{},
+            "sdpa mma backward dv kernel");
+      if (sum_dq)
+        dkv(Dk{}, std::true_type{}, dk_name);
+      else
+        dkv(Dk{}, std::false_type{}, dk_name);
       // Without keys every row's sums stay 0: the rows' dQ is 0.
       if (sum_dq)
         launch(dq_store_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma dq store kernel",

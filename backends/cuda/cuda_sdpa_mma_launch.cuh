@@ -37,22 +37,21 @@ int shared_optin(int device);
 // The device's multiprocessors.
 int multiprocessors(int device);
 
-// kernel<<<blocks, kBlockThreads, smem, s>>>(args...), allowed `smem` bytes of dynamic shared
+// kernel<<<blocks, kThreads, smem, s>>>(args...), allowed `smem` bytes of dynamic shared
 // memory; on the CPU emulator of tests/cuda_emulator under TG_CUDA_EMULATION.
-template <class K, class... A>
+template <int kThreads = kBlockThreads, class K, class... A>
 void launch(K kernel, int64_t blocks, size_t smem, cudaStream_t s, const char* name,
             const A&... args) {
 #ifdef TG_CUDA_EMULATION
   (void)s;
-  cuda_emulator::launch(static_cast<unsigned>(blocks), kBlockThreads, smem,
-                        [&] { kernel(args...); });
+  cuda_emulator::launch(static_cast<unsigned>(blocks), kThreads, smem, [&] { kernel(args...); });
 #else
   if (smem)
     TG_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem)));
   // clang-format takes a .cuh for C++, where >>> is not one token.
   // clang-format off
-  kernel<<<static_cast<unsigned>(blocks), kBlockThreads, smem, s>>>(args...);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(args...);
   // clang-format on
 #endif
   check_launch(name);

@@ -86,8 +86,9 @@ __device__ __forceinline__ S round_to(float x) {
 
 // Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
 // st[3]) into `dst` (pitch kPitch<S, kD>), zeros from row `row_end` on and past column `width`;
-// with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads.
-template <class S, int kD, int kN>
+// with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads; by a block
+// of kThreads threads.
+template <class S, int kD, int kN, int kThreads = kBlockThreads>
 __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
                                           int64_t row_end, int64_t width, const int64_t* at,
                                           bool vec) {
@@ -96,8 +97,8 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the
     // index arithmetic is done once, not per chunk (it was most of the forward's per-tile
     // instructions); `at` is tested outside the unrolled copies.
-    constexpr int kChunks = kD / kC, kStride = kBlockThreads / kChunks;
-    static_assert(kBlockThreads % kChunks == 0 && kN % kStride == 0);
+    constexpr int kChunks = kD / kC, kStride = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kN % kStride == 0);
     const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
     const bool col = c * kC < width;
     const S* src_col = base + c * kC;
@@ -118,7 +119,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     else
       copy(std::false_type{});
   } else {
-    for (int idx = threadIdx.x; idx < kN * kD; idx += kBlockThreads) {
+    for (int idx = threadIdx.x; idx < kN * kD; idx += kThreads) {
       const int r = idx / kD, d = idx % kD;
       const int64_t row = row0 + r;
       S x = round_to<S>(0.0f);
