@@ -12,9 +12,10 @@
 # pass (TAPEGRAD_CUDA_SDPA_DETERMINISTIC=0);
 # ragged: packed against padded training (sequences up to 128 and 1024 tokens) and paged
 # against contiguous decoding on the GPU;
-# profile: Nsight Compute on one forward and one backward of the SDPA kernels (first
-# benchmark case; PRECISION=bf16 for the tensor-core ones); all: test, bench, sdpa, mma and
-# ragged.
+# profile: Nsight Compute on one forward and one backward of the SDPA kernels (the first
+# benchmark case, or the first whose name holds CASE, say CASE=S8192_D128; PRECISION=bf16 for
+# 16-bit inputs, TAPEGRAD_CUDA_SDPA_DETERMINISTIC=0 for the summed dQ); all: test, bench, sdpa,
+# mma and ragged.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/gpu}
@@ -81,9 +82,9 @@ if [ "$what" = ragged ] || [ "$what" = all ]; then
   "$build/bench/bench_paged" 8 5 32 96 8 cuda || status=1
 fi
 if [ "$what" = profile ]; then
-  # The first case's timed forward runs four forward kernels; skip three, then profile the
-  # fourth and the forward, dQ and dK/dV kernels of its first forward+backward.
-  ncu --clock-control none -k 'regex:forward_kernel|backward_dq_kernel|backward_dkv_kernel' \
+  # The case's timed forward runs four forward kernels; skip three, then profile the fourth
+  # and the forward, dQ and dK/dV kernels of its first forward+backward.
+  TAPEGRAD_BENCH_SDPA_CASES=${CASE:-} ncu --clock-control none -k 'regex:forward_kernel|backward_dq_kernel|backward_dkv_kernel' \
     --launch-skip 3 --launch-count 4 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section InstructionStats \
