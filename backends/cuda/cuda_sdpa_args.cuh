@@ -79,7 +79,7 @@ struct Args {
   }
   // No mask, ALiBi or softcap: where causal, window and padding leave a key visible, its score
   // is the scaled dot product itself.
-  __device__ bool plain() const { return !mask && !alibi && !(softcap > T(0)); }
+  __host__ __device__ bool plain() const { return !mask && !alibi && !(softcap > T(0)); }
   __device__ T slope_of(int64_t h) const {
     return alibi ? static_cast<T>(alibi_slope(h, Hq)) : T(0);
   }

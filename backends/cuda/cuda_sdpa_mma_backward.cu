@@ -13,8 +13,20 @@ __global__ void delta_kernel(Args<float, S> a) {
   delta_row(a, static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, threadIdx.x % 32);
 }
 
+// Under plain() options without dropout (the most common call) a backward tile runs no
+// per-element rule but the edge tiles' visibility; other calls apply the rules out of line.
+// For 16-bit inputs each backward kernel also comes as kPlainOnly, holding the plain path
+// alone: in the kernel with both, the rules' code kept registers live across the plain path,
+// and at head dim 128 its dK/dV pass spilled 360 bytes a thread (36 with the plain path alone;
+// the dQ pass at 256, 180 and none). Float kernels keep both paths in one: alone, the plain
+// path spilled more, not less (ptxas, sm_90).
+template <class S>
+bool plain_only(const Args<float, S>& a) {
+  return !kTf32<S> && a.plain() && !(a.dropout_p > 0);
+}
+
 // dQ: the block's kM kRows query rows against every visible key tile.
-template <class S, int kD, int kM>
+template <class S, int kD, int kM, bool kPlainOnly>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kDqKeys<S, kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
@@ -78,7 +90,8 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     const bool inner = interior(a, sq, row_w, 16 * kM, hi, j0, kN);
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
-      if (plain && !(a.dropout_p > 0)) {  // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
+      // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
+      if (kPlainOnly || (plain && !(a.dropout_p > 0))) {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -247,7 +260,7 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
 // query head of the group that sees one of them, in order; with kSumDq, each tile's dS K added
 // into dQ's sums too. Uncapped (about 250 registers at D 64, two blocks per SM): capped at three
 // blocks it spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
-template <class S, int kD, DkvPart kPart, bool kSumDq, int kW>
+template <class S, int kD, DkvPart kPart, bool kSumDq, int kW, bool kPlainOnly>
 __global__ void __launch_bounds__(32 * kW)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kBackwardWalk<S, kD>, kP = kPitch<S, kD>;
@@ -327,7 +340,7 @@ __global__ void __launch_bounds__(32 * kW)
     // Queries i0 .. i0 + kN - 1 against this warp's 16 keys (rows past i_hi see none of them,
     // so sdpa_all_visible fails for a tile holding one).
     const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
-    if (plain && !(a.dropout_p > 0)) {  // as in the dQ pass, transposed
+    if (kPlainOnly || (plain && !(a.dropout_p > 0))) {  // as in the dQ pass, transposed
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
         // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
@@ -452,11 +465,22 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       a.delta = delta.as<float>();
       Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
       a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
+      // f(std::bool_constant<kPlainOnly>), the kernels' kind.
+      const auto with_kind = [&](auto f) {
+        if constexpr (kTf32<S>)
+          f(std::false_type{});
+        else if (plain_only(a))
+          f(std::true_type{});
+        else
+          f(std::false_type{});
+      };
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
         if (!sum_dq)
-          launch(backward_dq_kernel<S, kD, kM>, query_blocks<kM>(a), smem_dq<S, kD, kM>, s,
-                 "sdpa mma backward dq kernel", a, vec);
+          with_kind([&](auto plain) {
+            launch(backward_dq_kernel<S, kD, kM, decltype(plain)::value>, query_blocks<kM>(a),
+                   smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
+          });
       }
       const auto dkv = [&](auto part, auto sums, const char* name) {
         constexpr DkvPart kPart = decltype(part)::value;
@@ -465,8 +489,10 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
           constexpr int kW = decltype(warps)::value;
           const int64_t blocks = a.B * a.Hk * ((a.Skv + 16 * kW - 1) / (16 * kW));
           if (blocks > 0)
-            launch<32 * kW>(backward_dkv_kernel<S, kD, kPart, kSums, kW>, blocks,
-                            smem_dkv<S, kD, kSums, 16 * kW>, s, name, a, vec);
+            with_kind([&](auto plain) {
+              launch<32 * kW>(backward_dkv_kernel<S, kD, kPart, kSums, kW, decltype(plain)::value>,
+                              blocks, smem_dkv<S, kD, kSums, 16 * kW>, s, name, a, vec);
+            });
         };
         constexpr int kW = kDkvWarps<S, kD, kSums>;
         if (kW != kWarps && smem_dkv<S, kD, kSums, 16 * kW> <= static_cast<size_t>(optin))
