@@ -16,10 +16,10 @@ __global__ void delta_kernel(Args<float, S> a) {
 // Under plain() options without dropout (the most common call) a backward tile runs no
 // per-element rule but the edge tiles' visibility; other calls apply the rules out of line.
 // For 16-bit inputs each backward kernel also comes as kPlainOnly, holding the plain path
-// alone: in the kernel with both, the rules' code kept registers live across the plain path,
-// and at head dim 128 its dK/dV pass spilled 360 bytes a thread (36 with the plain path alone;
-// the dQ pass at 256, 180 and none). Float kernels keep both paths in one: alone, the plain
-// path spilled more, not less (ptxas, sm_90).
+// alone, which plain_only() calls run: in the kernel with both, the rules' code kept registers
+// live across the plain path (ptxas, sm_90: the dK/dV pass at head dim 128 spilled 360 bytes a
+// thread, 36 with the plain path alone; the dQ pass at 256, 180 bytes, none alone). Float
+// kernels keep both paths in one: alone, their plain path spilled more, not less.
 template <class S>
 bool plain_only(const Args<float, S>& a) {
   return !kTf32<S> && a.plain() && !(a.dropout_p > 0);
