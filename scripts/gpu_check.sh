@@ -84,7 +84,8 @@ fi
 if [ "$what" = profile ]; then
   # The case's timed forward runs four forward kernels; skip three, then profile the fourth
   # and the forward, dQ and dK/dV kernels of its first forward+backward.
-  TAPEGRAD_BENCH_SDPA_CASES=${CASE:-} ncu --clock-control none -k 'regex:forward_kernel|backward_dq_kernel|backward_dkv_kernel' \
+  TAPEGRAD_BENCH_SDPA_CASES=${CASE:-} ncu --clock-control none \
+    -k 'regex:forward_kernel|backward_dq_kernel|backward_dkv_kernel' \
     --launch-skip 3 --launch-count 4 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section InstructionStats \
