@@ -22,7 +22,7 @@ __global__ void delta_kernel(Args<float, S> a) {
 // kernels keep both paths in one: alone, their plain path spilled more, not less.
 template <class S>
 bool plain_only(const Args<float, S>& a) {
-  return !kTf32<S> && a.plain() && !(a.dropout_p > 0);
+  return a.plain() && !(a.dropout_p > 0);
 }
 
 // dQ: the block's kM kRows query rows against every visible key tile.
@@ -465,14 +465,12 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       a.delta = delta.as<float>();
       Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
       a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
-      // f(std::bool_constant<kPlainOnly>), the kernels' kind.
+      // f(std::bool_constant<kPlainOnly>), the kernels' kind (float has no plain-only kernels).
       const auto with_kind = [&](auto f) {
-        if constexpr (kTf32<S>)
-          f(std::false_type{});
-        else if (plain_only(a))
-          f(std::true_type{});
-        else
-          f(std::false_type{});
+        if constexpr (!kTf32<S>) {
+          if (plain_only(a)) return f(std::true_type{});
+        }
+        f(std::false_type{});
       };
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
