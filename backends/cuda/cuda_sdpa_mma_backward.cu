@@ -14,16 +14,8 @@ __global__ void delta_kernel(Args<float, S> a) {
 }
 
 // Under plain() options without dropout (the most common call) a backward tile runs no
-// per-element rule but the edge tiles' visibility; other calls apply the rules out of line.
-// For 16-bit inputs each backward kernel also comes as kPlainOnly, holding the plain path
-// alone, which plain_only() calls run: in the kernel with both, the rules' code kept registers
-// live across the plain path (ptxas, sm_90: the dK/dV pass at head dim 128 spilled 360 bytes a
-// thread, 36 with the plain path alone; the dQ pass at 256, 180 bytes, none alone). Float
-// kernels keep both paths in one: alone, their plain path spilled more, not less.
-template <class S>
-bool plain_only(const Args<float, S>& a) {
-  return a.plain() && !(a.dropout_p > 0);
-}
+// per-element rule but the edge tiles' visibility; other calls apply the rules out of line. For
+// 16-bit inputs each kernel also comes as kPlainOnly, the plain path alone (plain_only()).
 
 // dQ: the block's kM kRows query rows against every visible key tile.
 template <class S, int kD, int kM, bool kPlainOnly>
@@ -465,18 +457,12 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       a.delta = delta.as<float>();
       Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
       a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
-      // f(std::bool_constant<kPlainOnly>), the kernels' kind (float has no plain-only kernels).
-      const auto with_kind = [&](auto f) {
-        if constexpr (!kTf32<S>) {
-          if (plain_only(a)) return f(std::true_type{});
-        }
-        f(std::false_type{});
-      };
+      const bool plain = plain_only(a);
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
         if (!sum_dq)
-          with_kind([&](auto plain) {
-            launch(backward_dq_kernel<S, kD, kM, decltype(plain)::value>, query_blocks<kM>(a),
+          with_kind<S>(plain, [&](auto kind) {
+            launch(backward_dq_kernel<S, kD, kM, decltype(kind)::value>, query_blocks<kM>(a),
                    smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
           });
       }
@@ -487,8 +473,8 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
           constexpr int kW = decltype(warps)::value;
           const int64_t blocks = a.B * a.Hk * ((a.Skv + 16 * kW - 1) / (16 * kW));
           if (blocks > 0)
-            with_kind([&](auto plain) {
-              launch<32 * kW>(backward_dkv_kernel<S, kD, kPart, kSums, kW, decltype(plain)::value>,
+            with_kind<S>(plain, [&](auto kind) {
+              launch<32 * kW>(backward_dkv_kernel<S, kD, kPart, kSums, kW, decltype(kind)::value>,
                               blocks, smem_dkv<S, kD, kSums, 16 * kW>, s, name, a, vec);
             });
         };

@@ -7,10 +7,13 @@
 namespace tg::cuda::mma_sdpa {
 namespace {
 
-template <class S, int kD, int kM>
+// kPlainOnly: the kernel for forward_plain_only() calls (16-bit inputs), the raw products' path
+// alone.
+template <class S, int kD, int kM, bool kPlainOnly>
 __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kForwardKeys<S, kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  constexpr int kN = kForwardKeys<S, kD, kM, kPlainOnly>, kP = kPitch<S, kD>,
+                kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* Ks = Qs + kBlockRows * kP;  // two buffers of kN rows
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
   // Scores, maxima and statistics in log2 units (x log2 e), so that each probability is one
   // exp2_ftz of a difference; a row's maximum m is -inf until it sees a key.
   const float scale_log2 = a.scale * kLog2e;
-  const bool raw = a.scale > 0 && a.plain();
+  const bool raw = kPlainOnly || (a.scale > 0 && a.plain());
   float o[kM][kD / 8][4] = {};
   float mr[kM][2], l[kM][2];
 #pragma unroll
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         }
         mx[sl][0] *= scale_log2;
         mx[sl][1] *= scale_log2;
-      } else {
+      } else if constexpr (!kPlainOnly) {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
         }
       }
     }
-    if (a.dropout_p > 0) {  // after the row sums: the statistics are dropout's input
+    if (!kPlainOnly && a.dropout_p > 0) {  // after the row sums: the statistics are dropout's input
 #pragma unroll
       for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
@@ -181,8 +184,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
 }
 
 // Shared memory of the forward kernel at tile width kD and kM slices per warp, in bytes.
-template <class S, int kD, int kM>
-constexpr size_t smem_forward = (kM * kRows + 4 * kForwardKeys<S, kD, kM>)*kPitch<S, kD> *
+template <class S, int kD, int kM, bool kPlainOnly>
+constexpr size_t smem_forward = (kM * kRows +
+                                 4 * kForwardKeys<S, kD, kM, kPlainOnly>)*kPitch<S, kD> *
                                 sizeof(S);
 }  // namespace
 
@@ -196,13 +200,17 @@ bool forward_typed(int device, const SdpaParams& p) {
     constexpr int kD = decltype(width)::value;
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
-      constexpr size_t smem = smem_forward<S, kD, kM>;
-      if (smem > static_cast<size_t>(optin)) return;
-      fits = true;
-      cudaStream_t s = enter(device);
-      const int64_t blocks = query_blocks<kM>(a);
-      if (blocks)
-        launch(forward_kernel<S, kD, kM>, blocks, smem, s, "sdpa mma forward kernel", a, vec);
+      with_kind<S>(forward_plain_only(a), [&](auto kind) {
+        constexpr bool kPlainOnly = decltype(kind)::value;
+        constexpr size_t smem = smem_forward<S, kD, kM, kPlainOnly>;
+        if (smem > static_cast<size_t>(optin)) return;
+        fits = true;
+        cudaStream_t s = enter(device);
+        const int64_t blocks = query_blocks<kM>(a);
+        if (blocks)
+          launch(forward_kernel<S, kD, kM, kPlainOnly>, blocks, smem, s, "sdpa mma forward kernel",
+                 a, vec);
+      });
     });
   });
   return any && fits;

@@ -84,6 +84,31 @@ void with_slices(const Args<float, S>& a, int device, F&& f) {
   f(std::integral_constant<int, 1>{});
 }
 
+// Whether a call may run the kernels' kPlainOnly kind, which hold the plain path alone (no
+// per-element rule but the edge tiles' visibility): plain() options without dropout, and in the
+// forward a positive scale (the largest raw product is then the largest score). In the kernels
+// with every path, the rules' code kept registers live across the plain path (ptxas, sm_90: the
+// backward's dK/dV pass at head dim 128 spilled 360 bytes a thread, 36 with the plain path
+// alone; the dQ pass at 256, 180 bytes, none alone).
+template <class S>
+bool plain_only(const Args<float, S>& a) {
+  return a.plain() && !(a.dropout_p > 0);
+}
+template <class S>
+bool forward_plain_only(const Args<float, S>& a) {
+  return a.scale > 0 && plain_only(a);
+}
+// Calls f(std::bool_constant<kPlainOnly>), the kernels' kind for a call (`plain`: it may run
+// the plain-only kernels). Only 16-bit inputs have plain-only kernels: float's plain path alone
+// spilled more, not less.
+template <class S, class F>
+void with_kind(bool plain, F&& f) {
+  if constexpr (!kTf32<S>) {
+    if (plain) return f(std::true_type{});
+  }
+  f(std::false_type{});
+}
+
 // The forward and the backward of S's kernels (bfloat16, float16, float for 3xTF32): false when
 // the head dims or the shared memory rule them out (nothing was run).
 template <class S>
