@@ -19,9 +19,9 @@ __global__ void delta_kernel(Args<float, S> a) {
 
 // dQ: the block's kM kRows query rows against every visible key tile.
 template <class S, int kD, int kM, bool kPlainOnly>
-__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
+__global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
     backward_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kDqKeys<S, kD, kM>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
+  constexpr int kN = kDqKeys<S, kD, kM, kPlainOnly>, kP = kPitch<S, kD>, kBlockRows = kM * kRows;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);
   S* dOs = Qs + kBlockRows * kP;
@@ -423,8 +423,10 @@ __global__ void dq_store_kernel(Args<float, S> a) {
 
 // Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp, or kKeys
 // keys a block), in bytes.
-template <class S, int kD, int kM>
-constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<S, kD, kM>)*kPitch<S, kD> * sizeof(S);
+// (The plain-only dQ kernel's is at most the other's: the host's check takes the other's.)
+template <class S, int kD, int kM, bool kPlainOnly = false>
+constexpr size_t smem_dq = (2 * kM * kRows + 4 * kDqKeys<S, kD, kM, kPlainOnly>)*kPitch<S, kD> *
+                           sizeof(S);
 template <class S, int kD, bool kSumDq = false, int kKeys = kRows>
 constexpr size_t smem_dkv = (2 * kKeys + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD> * sizeof(S) +
                             4 * kBackwardWalk<S, kD> * sizeof(float) +
@@ -462,8 +464,10 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
         if (!sum_dq)
           with_kind<S>(plain, [&](auto kind) {
-            launch(backward_dq_kernel<S, kD, kM, decltype(kind)::value>, query_blocks<kM>(a),
-                   smem_dq<S, kD, kM>, s, "sdpa mma backward dq kernel", a, vec);
+            constexpr bool kPlainOnly = decltype(kind)::value;
+            static_assert(smem_dq<S, kD, kM, kPlainOnly> <= smem_dq<S, kD, kM>);
+            launch(backward_dq_kernel<S, kD, kM, kPlainOnly>, query_blocks<kM>(a),
+                   smem_dq<S, kD, kM, kPlainOnly>, s, "sdpa mma backward dq kernel", a, vec);
           });
       }
       const auto dkv = [&](auto part, auto sums, const char* name) {

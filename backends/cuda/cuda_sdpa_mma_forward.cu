@@ -10,7 +10,7 @@ namespace {
 // kPlainOnly: the kernel for forward_plain_only() calls (16-bit inputs), the raw products' path
 // alone.
 template <class S, int kD, int kM, bool kPlainOnly>
-__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSM<kD, kM>)
+__global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOnly>)
     forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kForwardKeys<S, kD, kM, kPlainOnly>, kP = kPitch<S, kD>,
                 kBlockRows = kM * kRows;

@@ -39,19 +39,22 @@ constexpr int kBackwardWalk = kWideFloat<S, kD> ? 16
                                                 : kWalk;  // ... whose backward walks 32 rows
 // The keys a forward tile walks: 32 above head dim 128, with two slices above 64 (a thread's
 // scores and sums for two slices of 64 keys and 128 columns spilled 432 bytes, and ran 1.29 ms
-// against 1.07 at bf16 S 8192 D 128 on an H100), and for wide float rows; but the plain-only
-// kernel (kPlainOnly) walks 64 with two slices at 128, as FlashAttention-2 does (its plain path
-// alone leaves fewer registers live: 15 spilled loads and 4 stores a tile of 256 products).
+// against 1.07 at bf16 S 8192 D 128 on an H100), and for wide float rows. The plain-only
+// kernels (kPlainOnly) walk 64 with two slices at 128, as FlashAttention-2 does (the plain path
+// alone leaves fewer registers live: 15 spilled loads and 4 stores a tile of 256 products), and
+// 32 with one slice above 64, so that four blocks fit in a multiprocessor (kForwardBlocks).
 template <class S, int kD, int kM, bool kPlainOnly = false>
-constexpr int kForwardKeys = kD > 128 || (kM == 2 && kD > 64 && !kPlainOnly) || kWideFloat<S, kD>
+constexpr int kForwardKeys = kD > 128 || kWideFloat<S, kD> ||
+                                     (kD > 64 && (kPlainOnly ? kM == 1 : kM == 2))
                                  ? 32
                                  : kWalk;
 // The keys a dQ tile walks: as the backward's walk with one slice, 32 with two (S and dP of
-// two slices), 16 for wide float rows.
-template <class S, int kD, int kM>
-constexpr int kDqKeys = kWideFloat<S, kD> ? 16
-                        : kM == 2         ? 32
-                                          : kBackwardWalk<S, kD>;
+// two slices) and for the plain-only kernel above head dim 64 (three blocks a multiprocessor:
+// kDqBlocks), 16 for wide float rows.
+template <class S, int kD, int kM, bool kPlainOnly = false>
+constexpr int kDqKeys = kWideFloat<S, kD>                    ? 16
+                        : kM == 2 || (kPlainOnly && kD > 64) ? 32
+                                                             : kBackwardWalk<S, kD>;
 template <class S>
 constexpr int kStep = kTf32<S> ? 8 : 16;  // k of one product
 template <class S>
@@ -499,13 +502,26 @@ __device__ __forceinline__ bool interior(const Args<float, S>& a, const SdpaSequ
                           j0 + keys - 1);
 }
 
-// Blocks per multiprocessor for the forward and the dQ pass. With one slice per warp, three at
-// head dims up to 64 (registers capped at 168): at two (193 and 242 registers) they ran 20%
-// slower (H100: 12.5% occupancy against 18.5%). With two slices, two (up to 255 registers).
+// Blocks per multiprocessor for the forward and the dQ pass (the registers __launch_bounds__
+// allows a thread). With one slice per warp, three at head dims up to 64 (registers capped at
+// 168): at two (193 and 242 registers) they ran 20% slower (H100: 12.5% occupancy against
+// 18.5%). With two slices, two (up to 255 registers).
 template <int kD, int kM>
 constexpr int kBlocksPerSM = kD > 64   ? 1
                              : kM == 1 ? 3
                                        : 2;
+// The plain-only kernels with one slice ask for more (ptxas, sm_90, 16-bit): the forward four
+// at head dims 64 and 128 (128 registers; at 64, 3 spilled loads a tile, none at 128), the dQ
+// pass four at 64 (2 spilled loads a tile) and three at 128 (168 registers, no spills). Not
+// yet timed.
+template <int kD, int kM, bool kPlainOnly>
+constexpr bool kOneSlicePlain = kM == 1 && (kD == 64 || kD == 128) && kPlainOnly;
+template <int kD, int kM, bool kPlainOnly>
+constexpr int kForwardBlocks = kOneSlicePlain<kD, kM, kPlainOnly> ? 4 : kBlocksPerSM<kD, kM>;
+template <int kD, int kM, bool kPlainOnly>
+constexpr int kDqBlocks = !kOneSlicePlain<kD, kM, kPlainOnly> ? kBlocksPerSM<kD, kM>
+                          : kD == 64                          ? 4
+                                                              : 3;
 
 // The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
 // buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.
