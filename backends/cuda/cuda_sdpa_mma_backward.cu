@@ -251,9 +251,13 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
 // dK and dV: the block's kKeys = 16 kW key rows (16 a warp) against every query tile of every
 // query head of the group that sees one of them, in order; with kSumDq, each tile's dS K added
 // into dQ's sums too. Uncapped (about 250 registers at D 64, two blocks per SM): capped at three
-// blocks it spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64).
+// blocks it spilled 224 bytes and ran 5% slower (H100, bfloat16, D 64). The plain-only kernel
+// of four warps at D 64 is capped at three (168 registers; 2 spilled loads a tile, 6 with dQ's
+// sums; not yet timed).
+template <int kD, int kW, bool kPlainOnly>
+constexpr int kDkvBlocks = kD == 64 && kW == 4 && kPlainOnly ? 3 : 1;
 template <class S, int kD, DkvPart kPart, bool kSumDq, int kW, bool kPlainOnly>
-__global__ void __launch_bounds__(32 * kW)
+__global__ void __launch_bounds__(32 * kW, kDkvBlocks<kD, kW, kPlainOnly>)
     backward_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kBackwardWalk<S, kD>, kP = kPitch<S, kD>;
   constexpr int kKeys = 16 * kW, kThreads = 32 * kW;
