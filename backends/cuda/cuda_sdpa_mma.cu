@@ -50,6 +50,13 @@ int shared_optin(int device) {
   return optin;
 }
 
+int blocks_fit(int device, size_t smem) {
+  int per_sm = 0, reserved = 0;
+  TG_CUDA(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  TG_CUDA(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+  return static_cast<int>(static_cast<size_t>(per_sm) / (smem + static_cast<size_t>(reserved)));
+}
+
 int multiprocessors(int device) {
   int count = 0;
   TG_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));

@@ -200,7 +200,12 @@ bool forward_typed(int device, const SdpaParams& p) {
     constexpr int kD = decltype(width)::value;
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
-      with_kind<S>(forward_plain_only(a), [&](auto kind) {
+      // The plain-only kernel where a multiprocessor holds two of its blocks: with two slices
+      // at head dim 128 its 64-key tiles take 104 KB of shared memory a block, of which an
+      // A100's 164 KB hold one (the other kernel's 70 KB, two).
+      const bool plain = !kTf32<S> && forward_plain_only(a) &&
+                         blocks_fit(device, smem_forward<S, kD, kM, true>) >= 2;
+      with_kind<S>(plain, [&](auto kind) {
         constexpr bool kPlainOnly = decltype(kind)::value;
         constexpr size_t smem = smem_forward<S, kD, kM, kPlainOnly>;
         if (smem > static_cast<size_t>(optin)) return;

@@ -34,6 +34,8 @@ inline Vectorized vectorized(const SdpaParams& p, const View& dout) {
 // The shared memory a block may have on the device; 0 before compute capability 8.0, where
 // mma.sync on 16-bit inputs does not run.
 int shared_optin(int device);
+// How many blocks of `smem` bytes of dynamic shared memory a multiprocessor of the device holds.
+int blocks_fit(int device, size_t smem);
 // The device's multiprocessors.
 int multiprocessors(int device);
 

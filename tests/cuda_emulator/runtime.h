@@ -46,6 +46,8 @@ void launch(unsigned blocks, unsigned threads, size_t shared_bytes,
 // arrays: those compile every kernel, including some whose shared memory exceeds the limit and
 // which are never launched.
 constexpr size_t kSharedOptin = 232448;
+// A multiprocessor's shared memory (an H100's 228 KB), and what each block's reserves of it.
+constexpr size_t kSharedPerMultiprocessor = 233472, kSharedReserved = 1024;
 constexpr size_t kEmulatedSharedArray = 512 * 1024;
 // The multiprocessors of the emulated device (an H100 SXM's 132), which the automatic rows per
 // warp weigh.
