@@ -21,6 +21,9 @@
 // in distinct banks. Rows whose strides do not allow 16-byte copies are loaded element by
 // element into the same layout. Tiles whose keys are all real and visible under options
 // without per-element rules (interior()) skip Args::score; the rules run out of line.
+// Each 16-bit kernel also comes as kPlainOnly, the path of plain options without dropout alone
+// (plain_only(), the most common call): fewer live registers, which some spend on bigger tiles
+// or on more blocks a multiprocessor (kForwardKeys, kForwardBlocks, kDqBlocks, kDkvBlocks).
 //
 // P (and dS) are rounded to the 16-bit type for the second product of each pair, as
 // FlashAttention-2 does; the row sums use the float32 values. In float32 they are split like
