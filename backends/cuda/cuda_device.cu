@@ -235,7 +235,8 @@ void CudaBackend::from_host(const void* src, void* dst, size_t bytes) {
       TG_CUDA(cudaEventSynchronize(st.copied[slot]));  // returns at once if never recorded
       char* staged = st.host + static_cast<size_t>(slot) * Staging::kSlot;
       std::memcpy(staged, static_cast<const char*>(src) + done, n);
-      TG_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + done, staged, n, cudaMemcpyHostToDevice, s));
+      TG_CUDA(
+          cudaMemcpyAsync(static_cast<char*>(dst) + done, staged, n, cudaMemcpyHostToDevice, s));
       TG_CUDA(cudaEventRecord(st.copied[slot], s));
     }
     return;
