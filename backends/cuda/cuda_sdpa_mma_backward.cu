@@ -41,8 +41,9 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
                                nullptr, vec.dout);
   const int64_t row_w = i0 + 16 * kM * warp;  // slice m from row_w + 16 m
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_w, 16 * kM);
-  const int64_t hi = keys.hi, n_tiles = keys.n;
-  const auto load_kv = [&](int64_t it, int buf) {
+  const int64_t hi = keys.hi;
+  const int n_tiles = keys.n;
+  const auto load_kv = [&](int it, int buf) {
     load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, keys.first_key(it),
                             nullptr, vec);
   };
@@ -67,8 +68,8 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
   // the rules out of line.
   const bool plain = a.plain();
   float dq[kM][kD / 8][4] = {};
-  for (int64_t it = 0; it < n_tiles; ++it) {
-    const int buf = static_cast<int>(it & 1);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
     const int64_t j0 = keys.first_key(it);
     next_tile(it, n_tiles, load_kv);
     if (keys.warp_skips(j0)) {  // every score gradient 0 (the mask's too: zeros already)

@@ -28,8 +28,9 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
                                a.Dqk, nullptr, vec.q);
   const int64_t row_w = i0 + 16 * kM * warp;  // this warp's first row; slice m from row_w + 16 m
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_w, 16 * kM);
-  const int64_t hi = keys.hi, n_tiles = keys.n;
-  const auto load_kv = [&](int64_t it, int buf) {  // key tile `it`
+  const int64_t hi = keys.hi;
+  const int n_tiles = keys.n;
+  const auto load_kv = [&](int it, int buf) {  // key tile `it`
     load_kv_tile<S, kD, kN>(a, qb, Ks + buf * kN * kP, Vs + buf * kN * kP, keys.first_key(it),
                             a.kv_rows, vec);
   };
@@ -50,8 +51,8 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
       l[sl][r] = 0.0f;
     }
   }
-  for (int64_t it = 0; it < n_tiles; ++it) {
-    const int buf = static_cast<int>(it & 1);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
     const int64_t j0 = keys.first_key(it);
     next_tile(it, n_tiles, load_kv);
     if (keys.warp_skips(j0)) {  // every probability 0: nothing to add

@@ -165,8 +165,9 @@ __device__ __forceinline__ QueryBlock query_block(const Args<float, S>& a, int64
 // (empty for a warp past the sequence's rows): every score there is hidden.
 template <int kN>
 struct KeyTiles {
-  int64_t lo = 0, hi = 0, n = 0, warp_lo = 0, warp_hi = 0;
-  __device__ __forceinline__ int64_t first_key(int64_t it) const { return lo + it * kN; }
+  int64_t lo = 0, hi = 0, warp_lo = 0, warp_hi = 0;
+  int n = 0;  // 32 bits: the loop's counters stay in one register each
+  __device__ __forceinline__ int64_t first_key(int it) const { return lo + int64_t{it} * kN; }
   __device__ __forceinline__ bool warp_skips(int64_t j0) const {
     return j0 >= warp_hi || j0 + kN <= warp_lo;
   }
@@ -177,7 +178,7 @@ __device__ __forceinline__ KeyTiles<kN> key_tiles(const Args<float, S>& a, const
                                                   int warp_rows) {
   KeyTiles<kN> t;
   key_range(a, sq, i0, rows, t.lo, t.hi);
-  t.n = (t.hi - t.lo + kN - 1) / kN;
+  t.n = static_cast<int>((t.hi - t.lo + kN - 1) / kN);
   if (row_w < sq.rows_q) key_range(a, sq, row_w, warp_rows, t.warp_lo, t.warp_hi);
   return t;
 }
@@ -526,8 +527,8 @@ constexpr int kDqBlocks = !kOneSlicePlain<kD, kM, kPlainOnly> ? kBlocksPerSM<kD,
 // The copy pipeline's step at tile `it` of n_tiles: starts copying tile it + 1 into the other
 // buffer (load(tile, buffer)), waits for this thread's copies of tile it, then for the block.
 // The caller's barrier at the end of each tile keeps a buffer from being refilled while read.
-template <class Load>
-__device__ __forceinline__ void next_tile(int64_t it, int64_t n_tiles, Load&& load) {
+template <class I, class Load>
+__device__ __forceinline__ void next_tile(I it, I n_tiles, Load&& load) {
   if (it + 1 < n_tiles) {
     load(it + 1, static_cast<int>((it + 1) & 1));
     mma::cp_async_commit();
