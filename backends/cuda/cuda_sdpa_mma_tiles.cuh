@@ -41,7 +41,7 @@ constexpr int kBackwardWalk = kWideFloat<S, kD> ? 16
 // scores and sums for two slices of 64 keys and 128 columns spilled 432 bytes, and ran 1.29 ms
 // against 1.07 at bf16 S 8192 D 128 on an H100), and for wide float rows. The plain-only
 // kernels (kPlainOnly) walk 64 with two slices at 128, as FlashAttention-2 does (the plain path
-// alone leaves fewer registers live: 15 spilled loads and 4 stores a tile of 256 products), and
+// alone leaves fewer registers live: 11 spilled loads and 3 stores a tile of 256 products), and
 // 32 with one slice above 64, so that four blocks fit in a multiprocessor (kForwardBlocks).
 template <class S, int kD, int kM, bool kPlainOnly = false>
 constexpr int kForwardKeys = kD > 128 || kWideFloat<S, kD> ||
@@ -513,8 +513,7 @@ constexpr int kBlocksPerSM = kD > 64   ? 1
                                        : 2;
 // The plain-only kernels with one slice ask for more (ptxas, sm_90, 16-bit): the forward four
 // at head dims 64 and 128 (128 registers; at 64, 3 spilled loads a tile, none at 128), the dQ
-// pass four at 64 (2 spilled loads a tile) and three at 128 (168 registers, no spills). Not
-// yet timed.
+// pass four at 64 (128 registers) and three at 128 (168), neither spilling. Not yet timed.
 template <int kD, int kM, bool kPlainOnly>
 constexpr bool kOneSlicePlain = kM == 1 && (kD == 64 || kD == 128) && kPlainOnly;
 template <int kD, int kM, bool kPlainOnly>
