@@ -166,7 +166,9 @@ __device__ __forceinline__ QueryBlock query_block(const Args<float, S>& a, int64
 template <int kN>
 struct KeyTiles {
   int64_t lo = 0, hi = 0, warp_lo = 0, warp_hi = 0;
-  int n = 0;  // 32 bits: the loop's counters stay in one register each
+  // 32 bits, so that the loop's counters take a register each (2^31 tiles of keys would not fit
+  // in a device's memory).
+  int n = 0;
   __device__ __forceinline__ int64_t first_key(int it) const { return lo + int64_t{it} * kN; }
   __device__ __forceinline__ bool warp_skips(int64_t j0) const {
     return j0 >= warp_hi || j0 + kN <= warp_lo;
