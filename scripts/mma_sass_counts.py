@@ -100,7 +100,7 @@ def main():
     print(f"{'kernel (interior path, one tile)':58} {'instr':>6} {'HMMA':>5} {'LDSM':>5} "
           f"{'MUFU':>5} {'LDL':>4} {'REDG':>4} {'per HMMA':>8}")
     for name, ins in sorted(kernels(sass).items()):
-        # The backward kernels' last template argument is kPlainOnly: that kind only.
+        # The kernels' last template argument is kPlainOnly: that kind only.
         if "bfloat16" not in name or "delta" in name or name.endswith(", false>"):
             continue
         h = main_loop(ins)

@@ -201,9 +201,9 @@ bool forward_typed(int device, const SdpaParams& p) {
     constexpr int kD = decltype(width)::value;
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
-      // The plain-only kernel where a multiprocessor holds two of its blocks: with two slices
-      // at head dim 128 its 64-key tiles take 104 KB of shared memory a block, of which an
-      // A100's 164 KB hold one (the other kernel's 70 KB, two).
+      // The plain-only kernel (16-bit only: float asks no device query) where a multiprocessor
+      // holds two of its blocks: with two slices at head dim 128 its 64-key tiles take 104 KB of
+      // shared memory a block, of which an A100's 164 KB hold one (the other kernel's 70 KB, two).
       const bool plain = !kTf32<S> && forward_plain_only(a) &&
                          blocks_fit(device, smem_forward<S, kD, kM, true>) >= 2;
       with_kind<S>(plain, [&](auto kind) {
