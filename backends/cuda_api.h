@@ -59,6 +59,14 @@ void set_cuda_sdpa_warp_rows(int rows);
 bool cuda_sdpa_deterministic();
 void set_cuda_sdpa_deterministic(bool on);
 
+// Whether the tensor-core SDPA's forward may run on sm_90's warpgroup products (wgmma) on a
+// device of compute capability 9.0 (H100, H200): for 16-bit inputs, options without a float or
+// bool mask, ALiBi, softcap or dropout, a positive scale and head dims up to 128; the mma.sync
+// kernels run every other call. Until set, the environment variable TAPEGRAD_CUDA_SDPA_WGMMA
+// ("1" or "0") decides, read on every call, else true. Anything else is an error.
+bool cuda_sdpa_wgmma();
+void set_cuda_sdpa_wgmma(bool on);
+
 // How cuBLAS float32 GEMMs may run on CUDA devices, with PyTorch's names:
 //  "highest" (the default): float32 arithmetic.
 //  "high": TF32 (10-bit mantissa products, float32 sums; CUBLAS_COMPUTE_32F_FAST_TF32).

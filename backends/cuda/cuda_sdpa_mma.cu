@@ -60,6 +60,13 @@ int blocks_fit(int device, size_t smem) {
   return static_cast<int>(static_cast<size_t>(per_sm) / (smem + static_cast<size_t>(reserved)));
 }
 
+bool wgmma_device(int device) {
+  int major = 0, minor = 0;
+  TG_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TG_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
 int multiprocessors(int device) {
   int count = 0;
   TG_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));

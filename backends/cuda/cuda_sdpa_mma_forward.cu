@@ -195,6 +195,7 @@ template <class S>
 bool forward_typed(int device, const SdpaParams& p) {
   const Args<float, S> a = make_args<float, S>(p);
   const Vectorized vec = vectorized(p, View{});
+  if (wgmma_forward<S>(device, a, vec)) return true;
   const int optin = shared_optin(device);
   bool fits = false;
   const bool any = with_head_width(std::max(a.Dqk, a.Dv), [&](auto width) {

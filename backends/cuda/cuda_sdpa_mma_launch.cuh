@@ -38,6 +38,8 @@ int shared_optin(int device);
 int blocks_fit(int device, size_t smem);
 // The device's multiprocessors.
 int multiprocessors(int device);
+// Whether the device runs the sm_90a kernels (warpgroup products): compute capability 9.0.
+bool wgmma_device(int device);
 
 // kernel<<<blocks, kThreads, smem, s>>>(args...), allowed `smem` bytes of dynamic shared
 // memory; on the CPU emulator of tests/cuda_emulator under TG_CUDA_EMULATION.
@@ -110,6 +112,12 @@ void with_kind(bool plain, F&& f) {
   }
   f(std::false_type{});
 }
+
+// The forward on warpgroup products (cuda_sdpa_wgmma_forward.cu) where it applies: 16-bit
+// forward_plain_only() calls at head dims up to 128 on a wgmma_device(), while
+// cuda_sdpa_wgmma() is on. False where it does not (nothing was run).
+template <class S>
+bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec);
 
 // The forward and the backward of S's kernels (bfloat16, float16, float for 3xTF32): false when
 // the head dims or the shared memory rule them out (nothing was run).

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_mma.cuh"
 #include "backends/cuda/cuda_sdpa_args.cuh"
 #include "backends/cuda/mma_layout.h"
+#include "backends/cuda/wgmma_layout.h"
 
 namespace tg::cuda::mma_sdpa {
 
@@ -91,15 +92,32 @@ __device__ __forceinline__ S round_to(float x) {
   }
 }
 
+// Shared tiles of rows: Pitched, rows of kPitch<S, kD> values (mma.sync's ldmatrix reads);
+// Swizzled, wgmma's 128-byte swizzle mode for a tile of kTileRows rows (wgmma_layout.h). at(t,
+// r, c): where 16-byte chunk c of row r lies.
+template <class S, int kD>
+struct Pitched {
+  static __device__ __forceinline__ S* at(S* tile, int r, int c) {
+    return tile + r * kPitch<S, kD> + c * kPerCopy<S>;
+  }
+};
+template <class S, int kTileRows>
+struct Swizzled {
+  static __device__ __forceinline__ S* at(S* tile, int r, int c) {
+    return reinterpret_cast<S*>(reinterpret_cast<unsigned char*>(tile) +
+                                wgmma::chunk_offset(r, c, kTileRows));
+  }
+};
+
 // Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
-// st[3]) into `dst` (pitch kPitch<S, kD>), zeros from row `row_end` on and past column `width`;
-// with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads; by a block
-// of kThreads threads.
-template <class S, int kD, int kN, int kThreads = kBlockThreads>
+// st[3]) into `dst` (laid out as Tile says), zeros from row `row_end` on and past column
+// `width`; with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads; by
+// a block of kThreads threads.
+template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
 __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
                                           int64_t row_end, int64_t width, const int64_t* at,
                                           bool vec) {
-  constexpr int kP = kPitch<S, kD>, kC = kPerCopy<S>;
+  constexpr int kC = kPerCopy<S>;
   if (vec) {
     // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the
     // index arithmetic is done once, not per chunk (it was most of the forward's per-tile
@@ -109,7 +127,6 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
     const bool col = c * kC < width;
     const S* src_col = base + c * kC;
-    S* dst_col = dst + r0 * kP + c * kC;
     const auto copy = [&](auto indexed) {
 #pragma unroll
       for (int k = 0; k < kN / kStride; ++k) {
@@ -117,8 +134,8 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
         const bool valid = col && row < row_end;
         int64_t src_row = row;
         if constexpr (decltype(indexed)::value) src_row = valid ? at[row] : 0;
-        mma::cp_async_16(dst_col + k * kStride * kP, valid ? src_col + src_row * st[2] : base,
-                         valid);
+        mma::cp_async_16(Tile::at(dst, r0 + k * kStride, c),
+                         valid ? src_col + src_row * st[2] : base, valid);
       }
     };
     if (at)
@@ -131,7 +148,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
       const int64_t row = row0 + r;
       S x = round_to<S>(0.0f);
       if (row < row_end && d < width) x = base[(at ? at[row] : row) * st[2] + d * st[3]];
-      dst[r * kP + d] = x;
+      Tile::at(dst, r, d / kC)[d % kC] = x;
     }
   }
 }
@@ -187,15 +204,15 @@ __device__ __forceinline__ KeyTiles<kN> key_tiles(const Args<float, S>& a, const
 
 // Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
 // rows read through an index, else null).
-template <class S, int kD, int kN>
+template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
 __device__ __forceinline__ void load_kv_tile(const Args<float, S>& a, const QueryBlock& q, S* Ks,
                                              S* Vs, int64_t j0, const int64_t* at,
                                              const Vectorized& vec) {
   const int64_t kv_end = q.sq.kv0 + q.sq.rows_kv;
-  load_rows<S, kD, kN>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0, kv_end, a.Dqk, at,
-                       vec.k);
-  load_rows<S, kD, kN>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0, kv_end, a.Dv, at,
-                       vec.v);
+  load_rows<S, kD, kN, kThreads, Tile>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0,
+                                       kv_end, a.Dqk, at, vec.k);
+  load_rows<S, kD, kN, kThreads, Tile>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0,
+                                       kv_end, a.Dv, at, vec.v);
 }
 
 // The A fragments of kM row slices as S's products take them: the registers themselves

@@ -1,0 +1,195 @@
+// The tensor-core SDPA's forward on sm_90's warpgroup products (wgmma, cuda_wgmma.cuh), for the
+// most common call: 16-bit inputs, plain options without dropout and a positive scale
+// (forward_plain_only), head dims up to 128, on compute capability 9.0 (an H100 or H200).
+// Everything else, and every backward, runs the mma.sync kernels (cuda_sdpa_mma.cu has the
+// overview), which this one follows: the same query blocks and key tiles, the same online
+// softmax on the score fragments in registers (raw products, edge tiles hidden inline, a row's
+// base moved only by more than 2^8), the same statistics.
+//
+// What differs: a block is two warpgroups of 64 query rows (128 rows, eight warps), and each
+// group's products are two chains of warpgroup products: S = Q K^T (64 x 128 keys, both from
+// shared memory) and O += P V (P from the score registers rounded to 16 bits, as in
+// FlashAttention-3; V from shared memory, transposed by the hardware). mma.sync's products read
+// every K and V fragment once per warp through ldmatrix; a warpgroup product reads them once for
+// four warps, without the registers. Q, K and V tiles are stored in the 128-byte swizzle mode
+// (wgmma_layout.h), copied by cp.async as before; the next K/V tile is copied while this one is
+// multiplied. Not yet measured on a GPU: cuda_sdpa_wgmma() turns it off.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_sdpa_mma_launch.cuh"
+#include "backends/cuda/cuda_wgmma.cuh"
+
+namespace tg::cuda::mma_sdpa {
+namespace {
+
+constexpr int kGroupThreads = 128;              // a warpgroup
+constexpr int kGroupRows = 64;                  // query rows a group multiplies
+constexpr int kGroups = 2;                      // groups a block
+constexpr int kWgThreads = kGroups * kGroupThreads;
+constexpr int kWgRows = kGroups * kGroupRows;   // query rows a block
+constexpr int kWgKeys = 128;                    // keys a tile
+
+// Shared memory of the kernel at head width kD: Q, two buffers of K and V, and room to start the
+// tiles on a 1024-byte boundary.
+template <class S, int kD>
+constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kWgRows + 4 * kWgKeys) * kD * sizeof(S);
+
+template <class S, int kD>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    wgmma_forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kWgKeys;
+  constexpr uint32_t kKvBytes = kN * kD * sizeof(S);  // one K or V buffer
+  extern __shared__ __align__(1024) unsigned char smem[];
+  // The swizzle is the hardware's on address bits, so the tiles start on its period whatever
+  // the dynamic array's own alignment.
+  const uint32_t window = wgmma::shared_address(smem);
+  unsigned char* tiles = smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) % wgmma::kAtomBytes;
+  S* Qs = reinterpret_cast<S*>(tiles);
+  S* Ks = Qs + kWgRows * kD;  // two buffers of kN rows
+  S* Vs = Ks + 2 * kN * kD;
+  const int group = threadIdx.x / kGroupThreads, warp = (threadIdx.x / 32) % 4;
+  const QueryBlock qb = query_block(a, kWgRows);
+  const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
+  const SdpaSequence& sq = qb.sq;
+  if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
+  load_rows<S, kD, kWgRows, kWgThreads, Swizzled<S, kWgRows>>(
+      Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
+  const int64_t row_g = i0 + kGroupRows * group;  // this group's first row
+  const int64_t row_w = row_g + 16 * warp;        // this warp's
+  // The group's range decides which tiles it skips: its four warps multiply together.
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kWgRows, row_g, kGroupRows);
+  const int64_t hi = keys.hi;
+  const int n_tiles = keys.n;
+  const auto load_kv = [&](int it, int buf) {
+    load_kv_tile<S, kD, kN, kWgThreads, Swizzled<S, kN>>(a, qb, Ks + buf * kN * kD,
+                                                         Vs + buf * kN * kD, keys.first_key(it),
+                                                         a.kv_rows, vec);
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  mma::cp_async_commit();
+  const uint32_t q_at = wgmma::shared_address(Qs), k_at = wgmma::shared_address(Ks),
+                 v_at = wgmma::shared_address(Vs);
+
+  // Raw products; maxima and statistics in log2 units, as forward_kernel keeps them.
+  const float scale_log2 = a.scale * kLog2e;
+  float o[kD / 8][4] = {};
+  float mr[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
+    const int64_t j0 = keys.first_key(it);
+    if (it + 1 < n_tiles) {
+      load_kv(it + 1, (it + 1) & 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    wgmma::fence_async_shared();  // this thread's copies, to the products' reads
+    __syncthreads();
+    if (keys.warp_skips(j0)) {  // no row of the group sees a key of the tile
+      __syncthreads();
+      continue;
+    }
+    float s[kN / 8][4];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kWgRows, kGroupRows * group, kk),
+                               wgmma::k_major(k_at + buf * kKvBytes, kN, 0, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+
+    if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, kNegInf);
+    float alpha[2], base[2];
+    bool moved = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      const float m_tile = quad_max(mx * scale_log2);
+      const bool up = m_tile > mr[r] + kRescaleLog2;  // as forward_kernel: FlashAttention-4's rule
+      alpha[r] = up ? mma::exp2_ftz(mr[r] - m_tile) : 1.0f;
+      if (up) mr[r] = m_tile;
+      moved |= up;
+      base[r] = mr[r] == kNegInf ? 0.0f : mr[r];
+      l[r] *= alpha[r];
+    }
+    AFragments<S, kN> pf;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
+        l[e / 2] += s[nt][e];
+      }
+      to_a_fragment<S, kN>(pf, nt, s[nt]);
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e / 2];
+      }
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::product_rs<S, kD>(o, pf[kk], wgmma::mn_major(v_at + buf * kKvBytes, kN, kk));
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every group is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+  }
+  store_rows<S, kD>(a.out, a.outs, b, h, sq.q0, row_w, sq.rows_q, a.Dv, o, inv);
+  if (threadIdx.x % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row_w + frag_row(2 * r);
+      if (i < sq.rows_q)
+        a.stat(b, h, sq.q0 + i) = l[r] > 0 ? mr[r] * kLn2 + logf(l[r]) : kNegInf;
+    }
+  }
+}
+
+}  // namespace
+
+template <class S>
+bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
+  if constexpr (kTf32<S>) {
+    return false;
+  } else {
+    const int64_t width = std::max(a.Dqk, a.Dv);
+    if (width > 128 || !cuda_sdpa_wgmma() || !forward_plain_only(a) || !wgmma_device(device))
+      return false;
+    const auto run = [&](auto dim) {
+      constexpr int kD = decltype(dim)::value;
+      constexpr size_t smem = smem_wgmma<S, kD>;
+      if (smem > static_cast<size_t>(shared_optin(device))) return false;
+      cudaStream_t s = enter(device);
+      const int64_t blocks = a.B * a.Hq * ((a.Sq + kWgRows - 1) / kWgRows);
+      if (blocks)
+        launch<kWgThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
+                           "sdpa wgmma forward kernel", a, vec);
+      return true;
+    };
+    return width <= 64 ? run(std::integral_constant<int, 64>{})
+                       : run(std::integral_constant<int, 128>{});
+  }
+}
+
+template bool wgmma_forward<__nv_bfloat16>(int, const Args<float, __nv_bfloat16>&,
+                                           const Vectorized&);
+template bool wgmma_forward<__half>(int, const Args<float, __half>&, const Vectorized&);
+template bool wgmma_forward<float>(int, const Args<float, float>&, const Vectorized&);
+
+}  // namespace tg::cuda::mma_sdpa

@@ -1,0 +1,158 @@
+// Warpgroup products on sm_90 (wgmma.mma_async, PTX ISA "Asynchronous Warpgroup Level Matrix
+// Multiply-Accumulate"), for the tensor-core SDPA's forward on an H100: four warps (a
+// warpgroup, 128 threads) multiply a 64-row A by a shared-memory B of N columns at 16 k values a
+// step, float32 sums. The operands in shared memory are described by 64-bit descriptors
+// (wgmma_layout.h); A may instead come from registers, in mma.m16n8k16's A layout for each
+// warp's 16 rows (warp w of the group: rows 16 w .. 16 w + 15). The accumulators are held as
+// mma.m16n8's C tiles: warp w's rows, d[i] the 16 x 8 tile of columns 8 i .. 8 i + 7
+// (cuda_mma.cuh), so the SDPA's fragment code reads them unchanged.
+//
+// The products run asynchronously: fence() before the first of a batch (it orders the
+// registers' earlier writes), commit() after the last, wait<N>() until at most N batches are in
+// flight; the accumulators and A's registers are not to be touched in between. Shared memory
+// written by ordinary stores or cp.async must be made visible to them by fence_async_shared()
+// in each writing thread before the barrier that publishes it.
+//
+// These need sm_90a (architecture-specific features): the file that uses them is compiled for
+// it alone (CMakeLists.txt), and the host launches its kernels on compute capability 9.0 only.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_mma.cuh"
+#include "backends/cuda/wgmma_layout.h"
+
+namespace tg::cuda::wgmma {
+
+#ifndef TG_CUDA_EMULATION
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TG_WGMMA_ARCH 1
+#else
+#define TG_WGMMA_ARCH 0
+#endif
+
+// The 32 accumulator registers of an m64n64 product, as asm operand names.
+#define TG_WGMMA_D64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19," \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+// The 64 accumulator registers of an m64n128 product, as asm operand names.
+#define TG_WGMMA_D128 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19," \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37," \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55," \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
+// Operand lists: the accumulators of d[N / 8][4] in order.
+#define TG_WGMMA_F4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define TG_WGMMA_F64(d)                                                                     \
+  TG_WGMMA_F4(d, 0), TG_WGMMA_F4(d, 1), TG_WGMMA_F4(d, 2), TG_WGMMA_F4(d, 3), TG_WGMMA_F4(d, 4), \
+      TG_WGMMA_F4(d, 5), TG_WGMMA_F4(d, 6), TG_WGMMA_F4(d, 7)
+#define TG_WGMMA_F128(d)                                                                      \
+  TG_WGMMA_F64(d), TG_WGMMA_F4(d, 8), TG_WGMMA_F4(d, 9), TG_WGMMA_F4(d, 10), TG_WGMMA_F4(d, 11), \
+      TG_WGMMA_F4(d, 12), TG_WGMMA_F4(d, 13), TG_WGMMA_F4(d, 14), TG_WGMMA_F4(d, 15)
+
+// d (+)= A B, A and B in shared memory (K-major both), `type` "bf16" or "f16", A_, B_ and ACC_
+// the operand names after the accumulators' (d is overwritten where acc is 0).
+#define TG_WGMMA_SS(N, type, A_, B_, ACC_, d, a, b, acc)                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_ ", 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
+               "}, " A_ ", " B_ ", p, 1, 1, 0, 0;\n}\n"                                           \
+               : TG_WGMMA_F##N(d)                                                                \
+               : "l"(a), "l"(b), "r"(acc))
+// d += A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory MN-major
+// (transposed: imm-trans-b 1).
+#define TG_WGMMA_RS(N, type, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b)                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_ ", 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
+               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, 1;\n}\n"                 \
+               : TG_WGMMA_F##N(d)                                                                \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u))
+
+__device__ __forceinline__ void fence() {
+#if TG_WGMMA_ARCH
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit() {
+#if TG_WGMMA_ARCH
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait() {
+#if TG_WGMMA_ARCH
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+// Makes this thread's writes to shared memory (stores, completed cp.async copies) visible to
+// the products, which read through the async proxy.
+__device__ __forceinline__ void fence_async_shared() {
+#if TG_WGMMA_ARCH
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// The shared address of p, as descriptors hold it.
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return mma::smem_address(p); }
+
+// d (+)= A B for a warpgroup: A (64 x 16, this group's rows) and B (16 x kN) K-major in shared
+// memory, described by a and b; accumulate false overwrites d.
+template <class S, int kN>
+__device__ __forceinline__ void product_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
+                                           bool accumulate) {
+#if TG_WGMMA_ARCH
+  const uint32_t acc = accumulate ? 1u : 0u;
+  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
+  if constexpr (kN == 64) {
+    if constexpr (kBf16) {
+      TG_WGMMA_SS(64, "bf16", "%32", "%33", "%34", d, a, b, acc);
+    } else {
+      TG_WGMMA_SS(64, "f16", "%32", "%33", "%34", d, a, b, acc);
+    }
+  } else {
+    static_assert(kN == 128, "product_ss: 64 or 128 columns");
+    if constexpr (kBf16) {
+      TG_WGMMA_SS(128, "bf16", "%64", "%65", "%66", d, a, b, acc);
+    } else {
+      TG_WGMMA_SS(128, "f16", "%64", "%65", "%66", d, a, b, acc);
+    }
+  }
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// d += A B for a warpgroup: A (64 x 16) from registers (this warp's 16 rows, mma.m16n8k16's A
+// fragment), B (16 x kN) MN-major in shared memory, described by b.
+template <class S, int kN>
+__device__ __forceinline__ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                           uint64_t b) {
+#if TG_WGMMA_ARCH
+  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
+  if constexpr (kN == 64) {
+    if constexpr (kBf16) {
+      TG_WGMMA_RS(64, "bf16", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b);
+    } else {
+      TG_WGMMA_RS(64, "f16", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b);
+    }
+  } else {
+    static_assert(kN == 128, "product_rs: 64 or 128 columns");
+    if constexpr (kBf16) {
+      TG_WGMMA_RS(128, "bf16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
+    } else {
+      TG_WGMMA_RS(128, "f16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
+    }
+  }
+#else
+  (void)d, (void)a, (void)b;
+  __trap();
+#endif
+}
+
+#endif  // TG_CUDA_EMULATION
+
+}  // namespace tg::cuda::wgmma
