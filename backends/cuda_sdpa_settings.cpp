@@ -56,7 +56,7 @@ void set_cuda_sdpa_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 bool cuda_sdpa_wgmma() {
   const int set = g_wgmma.load();
   if (set != -1) return set == 1;
-  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"1", "0"}, "\"1\" or \"0\"", "1",
+  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"1", "0"}, "\"1\" or \"0\"", "0",
                   "cuda_sdpa_wgmma") == "1";
 }
 

@@ -136,6 +136,17 @@ Config random_config(std::mt19937_64& rng) {
   return c;
 }
 
+Config plain_config(Config c) {
+  c.mask_shape = {};
+  c.opts.alibi = false;
+  c.opts.softcap = 0;
+  c.opts.dropout_p = 0;
+  if (c.opts.scale && !(*c.opts.scale > 0)) c.opts.scale = 0.5;
+  c.Dqk = std::min<int64_t>(c.Dqk, 128);
+  c.Dv = std::min<int64_t>(c.Dv, 128);
+  return c;
+}
+
 std::string describe(const Config& c) {
   std::ostringstream os;
   os << "B" << c.B << " Hq" << c.Hq << " Hk" << c.Hk << " Sq" << c.Sq << " Skv" << c.Skv << " Dqk"

@@ -46,6 +46,7 @@ struct Scoped {
 using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_rows>;
 using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
 using Deterministic = Scoped<bool, tg::cuda_sdpa_deterministic, tg::set_cuda_sdpa_deterministic>;
+using Wgmma = Scoped<bool, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
@@ -90,6 +91,9 @@ struct Config {
 // Shapes across the kernels' tile widths (32, 64, 128, 256 forward; the backward above 128
 // widens to float32) and across several 64-row tiles; every option of DESIGN §4.
 Config random_config(std::mt19937_64& rng);
+// c without the options that rule out the warpgroup-product forward (wgmma_forward): no mask,
+// ALiBi, softcap or dropout, a positive scale, head dims up to 128.
+Config plain_config(Config c);
 std::string describe(const Config& c);
 
 // Forward and backward on the implementation under test, of inputs placed on its device.

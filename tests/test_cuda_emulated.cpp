@@ -199,6 +199,38 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
   }
 }
 
+TEST_CASE("emulated tensor-core sdpa: the forward on warpgroup products (wgmma), against the CPU") {
+  // Plain options only (plain_config), the forward's kernel counted in the launches: once for
+  // each of run_both_orders' two runs, and not at all when switched off.
+  const auto wgmma_launches = [] {
+    const auto& names = cuda_emulator::launched();
+    return std::count(names.begin(), names.end(), std::string("sdpa wgmma forward kernel"));
+  };
+  std::mt19937_64 rng(2033);
+  for (int n = 0; n < 8; ++n) {
+    Config c = plain_config(random_config(rng));
+    if (n >= 6) {  // four key tiles: each buffer refilled while the other is read
+      c = Config{};
+      c.Sq = 150;
+      c.Skv = 450;
+      c.Dqk = c.Dv = n == 6 ? 64 : 128;
+      c.opts.causal = n == 7;
+      c.opts.causal_align = CausalAlign::BottomRight;
+    }
+    const DType dt = n % 2 ? kFloat16 : kBFloat16;
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    const Wgmma on(true);
+    cuda_emulator::clear_launches();
+    compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+    CHECK(wgmma_launches() == 2);
+  }
+  const Wgmma off(false);
+  cuda_emulator::clear_launches();
+  const Tensor x = tgtest::rnd({1, 1, 8, 16}, 1).to(kBFloat16);
+  run_emulated(x, x, x, x, {});
+  CHECK(wgmma_launches() == 0);
+}
+
 TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as the scores say") {
   // Scores rising along the keys by about 15 (log2 units) per 64-key tile, so every tile moves
   // each row's base (kRescaleLog2 = 8), then falling, so that none does: the output and

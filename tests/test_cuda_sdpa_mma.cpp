@@ -60,6 +60,32 @@ TEST_CASE("sdpa on the tensor cores: bfloat16 and float16 against the CPU, outpu
   CHECK(element_loads > 40);
 }
 
+TEST_CASE("sdpa on the tensor cores: the forward on warpgroup products (wgmma), against the CPU") {
+  // Plain options (plain_config), where cuda_sdpa_wgmma() sends the forward to the kernel of
+  // cuda_sdpa_wgmma_forward.cu on a device of compute capability 9.0 (elsewhere the mma.sync
+  // kernels run, and this checks them again); then sequences of many key tiles.
+  TensorCores on(true);
+  const Wgmma wgmma(true);
+  std::mt19937_64 rng(2034);
+  for (int n = 0; n < 80; ++n) {
+    Config c = plain_config(random_config(rng));
+    if (n >= 72) {
+      c = Config{};
+      c.B = 2;
+      c.Hq = 4;
+      c.Hk = n % 2 ? 1 : 4;
+      c.Sq = n % 4 < 2 ? 1000 : 77;
+      c.Skv = 1100;
+      c.Dqk = c.Dv = n < 76 ? 64 : 128;
+      c.opts.causal = n % 3 != 0;
+      c.opts.causal_align = n % 2 ? CausalAlign::BottomRight : CausalAlign::TopLeft;
+    }
+    const DType dt = n % 2 ? kFloat16 : kBFloat16;
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    compare_config(c, dt, 9000 + static_cast<uint64_t>(n) * 10, rng);
+  }
+}
+
 TEST_CASE("sdpa on the tensor cores: the backward is deterministic (bitwise equal run to run)") {
   TensorCores on(true);
   const Tensor q = tgtest::rnd({2, 4, 150, 64}, 1).to(kBFloat16).to(kCUDA);

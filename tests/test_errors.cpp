@@ -156,6 +156,21 @@ TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", e
   set_cuda_sdpa_deterministic(true);
 }
 
+TEST_CASE("tensor-core SDPA's warpgroup-product forward: off by default, \"1\" or \"0\", else an error") {
+  CHECK(!cuda_sdpa_wgmma());  // the test environment sets nothing
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "1", 1);
+  CHECK(cuda_sdpa_wgmma());
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "on", 1);
+  check_throws_with_prefix([&] { cuda_sdpa_wgmma(); }, "[cuda_sdpa_wgmma]",
+                           "TAPEGRAD_CUDA_SDPA_WGMMA: expected \"1\" or \"0\", got \"on\"");
+  set_cuda_sdpa_wgmma(false);  // set: the environment is not read
+  CHECK(!cuda_sdpa_wgmma());
+  unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA");
+  set_cuda_sdpa_wgmma(true);
+  CHECK(cuda_sdpa_wgmma());
+  set_cuda_sdpa_wgmma(false);
+}
+
 TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {
   // Until set, the environment decides on every call (the test environment sets nothing).
   CHECK(cuda_sdpa_warp_rows() == 0);  // automatic

@@ -1,6 +1,6 @@
 // Included first by the files that compile CUDA kernel sources as plain C++ for the emulator
 // (runtime.h): CUDA's qualifiers as nothing, its built-in variables and intrinsics on the
-// emulator, the PTX wrappers of cuda_mma.cuh emulated (mma.h), and the host runtime calls the
+// emulator, the PTX wrappers of cuda_mma.cuh and cuda_wgmma.cuh emulated (mma.h, wgmma.h), and the host runtime calls the
 // kernel files make. The kernels' namespace is renamed (mma_sdpa -> mma_sdpa_emulated), and so
 // are the device helpers of cuda_util.cuh, so that these objects link beside a CUDA build of
 // the library without taking the place of its symbols.
@@ -80,10 +80,11 @@ inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 
 // The host runtime the kernel files call, on the emulator: no stream, scratch from the heap,
-// nothing to check after a launch.
+// nothing to check after a launch but its name to record.
 namespace tg::cuda_emulator {
 inline cudaStream_t enter(int) { return nullptr; }
-inline void check_launch(const char*) {}
+// Records the kernel's name (launched()).
+inline void check_launch(const char* name) { record_launch(name); }
 struct Scratch {
   Scratch(size_t bytes, int) : data(new unsigned char[bytes]) {}
   template <class T>
@@ -99,3 +100,4 @@ struct Scratch {
 #define mma_sdpa mma_sdpa_emulated
 
 #include "tests/cuda_emulator/mma.h"
+#include "tests/cuda_emulator/wgmma.h"

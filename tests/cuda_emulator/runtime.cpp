@@ -231,6 +231,37 @@ void launch(unsigned blocks, unsigned threads, size_t shared_bytes,
   TG_CHECK(s.error.empty(), "cuda emulator", s.error);
 }
 
+namespace {
+std::vector<std::string>& launch_names() {
+  static std::vector<std::string> v;
+  return v;
+}
+}  // namespace
+void record_launch(const char* name) { launch_names().emplace_back(name); }
+const std::vector<std::string>& launched() { return launch_names(); }
+void clear_launches() { launch_names().clear(); }
+
+namespace {
+const Shared* g_addressed = nullptr;  // the array of the last shared_offset()
+}  // namespace
+
+uint32_t shared_offset(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (const Shared& a : shared_arrays()) {
+    if (b >= a.data && b < a.data + a.bytes) {
+      g_addressed = &a;
+      return static_cast<uint32_t>(b - a.data);
+    }
+  }
+  fail("cuda emulator", "a shared address of a pointer outside shared memory");
+}
+
+const unsigned char* shared_at(uint32_t offset, size_t bytes) {
+  TG_CHECK(g_addressed && offset + bytes <= g_addressed->bytes, "cuda emulator",
+           "a shared address past the array: ", offset);
+  return g_addressed->data + offset;
+}
+
 void sync_block() {
   State& s = state();
   Fiber& f = me();

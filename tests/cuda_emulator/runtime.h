@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tg::cuda_emulator {
 
@@ -56,6 +58,18 @@ constexpr int kMultiprocessors = 132;
 // A kernel file's dynamic shared memory array (each file has its own; the emulator poisons
 // every registered one before each block and checks the bytes past the launch's size after).
 bool register_shared(unsigned char* data, size_t bytes);
+
+// The names of the kernels the emulated host code launched (check_launch), oldest first, since
+// the last clear_launches().
+void record_launch(const char* name);
+const std::vector<std::string>& launched();
+void clear_launches();
+
+// A shared address (wgmma's descriptors hold them): p's offset in the registered array it lies
+// in, which becomes the array that shared_at() reads; and the `bytes` bytes at such an offset.
+// A pointer outside every array, or bytes past the array, are faults.
+uint32_t shared_offset(const void* p);
+const unsigned char* shared_at(uint32_t offset, size_t bytes);
 
 // __syncthreads().
 void sync_block();

@@ -11,6 +11,7 @@ const bool registered = cuda_emulator::register_shared(smem, sizeof smem);
 // The emulated device's limit, as the real file's shared_optin reads it from an H100.
 int shared_optin(int) { return cuda_emulator::kSharedOptin; }
 int multiprocessors(int) { return cuda_emulator::kMultiprocessors; }
+bool wgmma_device(int) { return true; }  // an H100
 int blocks_fit(int, size_t smem) {
   return static_cast<int>(cuda_emulator::kSharedPerMultiprocessor /
                           (smem + cuda_emulator::kSharedReserved));

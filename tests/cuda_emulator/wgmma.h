@@ -1,0 +1,128 @@
+// The warpgroup products of backends/cuda/cuda_wgmma.cuh, emulated (cuda_shim.h includes this;
+// that file leaves them out under TG_CUDA_EMULATION). Shared-memory operands are read through
+// their descriptors as the PTX ISA defines them ("Matrix Descriptor Format", "Shared Memory
+// Matrix Layout"), decoded here on their own terms rather than with wgmma_layout.h's encoder,
+// so that a kernel's stores and its descriptors must agree: the no-swizzle mode (core matrices
+// of 8 rows of 16 bytes) and the 128-byte swizzle (address bits 4-6 XOR bits 7-9); the other
+// modes and a nonzero base offset are faults. Each warp computes its own 16 rows of the group's
+// 64 (A's rows 16 w .. 16 w + 15 for warp w of its group), exactly in double and rounded once,
+// as mma.h does; the products complete at once, so fence, commit and wait do nothing.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "tests/cuda_emulator/mma.h"
+#include "tests/cuda_emulator/runtime.h"
+
+namespace tg::cuda::wgmma {
+
+namespace emulated {
+struct Descriptor {
+  uint32_t start, leading, stride;
+  unsigned base_offset, layout;
+};
+inline Descriptor decode(uint64_t d) {
+  Descriptor x;
+  x.start = static_cast<uint32_t>(d & 0x3fffu) << 4;
+  x.leading = static_cast<uint32_t>((d >> 16) & 0x3fffu) << 4;
+  x.stride = static_cast<uint32_t>((d >> 32) & 0x3fffu) << 4;
+  x.base_offset = static_cast<unsigned>((d >> 49) & 7u);
+  x.layout = static_cast<unsigned>(d >> 62);
+  if (x.base_offset != 0 || x.layout > 1)
+    ::tg::fail("cuda emulator", "wgmma descriptor: base offset ", x.base_offset, ", layout ",
+               x.layout, " (emulated: base offset 0, layout 0 or 1)");
+  return x;
+}
+inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
+// The byte address of 16-bit element (mn, k) of a K-major operand: K contiguous in 16-byte
+// chunks. No swizzle: core matrix (mn / 8, k / 8) at (mn / 8) stride + (k / 8) leading, its
+// rows 16 bytes apart. 128-byte swizzle: rows of 128 bytes, 8-row groups `stride` apart.
+inline uint32_t k_major_at(const Descriptor& d, unsigned mn, unsigned k) {
+  if (d.layout == 0) return d.start + (mn % 8) * 16 + (mn / 8) * d.stride + (k / 8) * d.leading + (k % 8) * 2;
+  return swizzle128(d.start + (mn % 8) * 128 + (mn / 8) * d.stride + (k / 8) * 16 + (k % 8) * 2);
+}
+// ... of an MN-major operand: MN contiguous. No swizzle: core matrix (k / 8, mn / 8) at
+// (mn / 8) stride + (k / 8) leading, its rows (k) 16 bytes apart. 128-byte swizzle: rows (k) of
+// 64 values, 128 bytes apart; 8-row groups `stride` apart, 64-value panels `leading` apart.
+inline uint32_t mn_major_at(const Descriptor& d, unsigned k, unsigned mn) {
+  if (d.layout == 0) return d.start + (mn % 8) * 2 + (mn / 8) * d.stride + (k % 8) * 16 + (k / 8) * d.leading;
+  return swizzle128(d.start + (mn % 64) * 2 + (mn / 64) * d.leading + (k % 8) * 128 +
+                    (k / 8) * d.stride);
+}
+template <class S>
+double value_at(uint32_t address) {
+  uint16_t bits;
+  std::memcpy(&bits, ::tg::cuda_emulator::shared_at(address, 2), 2);
+  return mma::emulated::widen<S>(bits);
+}
+struct In {
+  uint32_t a[4];
+  uint64_t da, db;
+  uint32_t accumulate;
+};
+// This lane's accumulators of the warp's 16 rows of the group's product, a(row, k) and b(k, col)
+// as the caller reads them (row: 0-63 in the group).
+template <int kN, class A, class B>
+void multiply(float (&d)[kN / 8][4], bool accumulate, const A& a, const B& b) {
+  const unsigned lane = ::tg::cuda_emulator::thread_idx().x % 32, g = lane / 4, t = lane % 4;
+  const unsigned w = (::tg::cuda_emulator::thread_idx().x / 32) % 4;
+  if (::tg::cuda_emulator::block_dim().x % 128 != 0)
+    ::tg::fail("cuda emulator", "wgmma in a block of ", ::tg::cuda_emulator::block_dim().x,
+               " threads, not whole warpgroups");
+  for (int i = 0; i < kN / 8; ++i) {
+    for (unsigned e = 0; e < 4; ++e) {
+      const unsigned row = 16 * w + g + 8 * (e / 2), col = 8 * i + 2 * t + e % 2;
+      double sum = accumulate ? d[i][e] : 0.0;
+      for (unsigned k = 0; k < 16; ++k) sum += a(row, k) * b(k, col);
+      d[i][e] = static_cast<float>(sum);
+    }
+  }
+}
+// The warp's inputs, checked to be the same in every lane (descriptors, the accumulate flag).
+inline const unsigned char* gather(const In& in) {
+  const unsigned char* all = ::tg::cuda_emulator::warp_exchange("wgmma", &in, sizeof in);
+  for (unsigned l = 1; l < 32; ++l) {
+    const In& x = *reinterpret_cast<const In*>(all + l * ::tg::cuda_emulator::kSlot);
+    const In& y = *reinterpret_cast<const In*>(all);
+    if (x.da != y.da || x.db != y.db || x.accumulate != y.accumulate)
+      ::tg::fail("cuda emulator", "wgmma: lanes of a warp with different descriptors");
+  }
+  return all;
+}
+}  // namespace emulated
+
+inline void fence() {}
+inline void commit() {}
+template <int kPending>
+void wait() {}
+inline void fence_async_shared() {}
+inline uint32_t shared_address(const void* p) { return ::tg::cuda_emulator::shared_offset(p); }
+
+template <class S, int kN>
+void product_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
+  using namespace emulated;
+  const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
+  const Descriptor da = decode(in.da), db = decode(in.db);
+  multiply<kN>(
+      d, accumulate, [&](unsigned r, unsigned k) { return value_at<S>(k_major_at(da, r, k)); },
+      [&](unsigned k, unsigned n) { return value_at<S>(k_major_at(db, n, k)); });
+}
+
+template <class S, int kN>
+void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
+  using namespace emulated;
+  const unsigned char* all = gather(In{{a[0], a[1], a[2], a[3]}, 0, b, 1});
+  const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
+  // A's registers: mma.m16n8k16's layout for the warp's 16 rows (mma.h's mma_16816).
+  const auto A = [&](unsigned r, unsigned c) {
+    const In& x = *reinterpret_cast<const In*>(all + ((r % 8) * 4 + (c % 8) / 2) *
+                                                         ::tg::cuda_emulator::kSlot);
+    return mma::emulated::widen<S>(mma::emulated::half_of(
+        x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
+  };
+  multiply<kN>(d, true, A, [&](unsigned k, unsigned n) {
+    return value_at<S>(mn_major_at(db, k, n));
+  });
+}
+
+}  // namespace tg::cuda::wgmma
