@@ -199,12 +199,18 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
   }
 }
 
-TEST_CASE("emulated tensor-core sdpa: the forward on warpgroup products (wgmma), against the CPU") {
-  // Plain options only (plain_config), the forward's kernel counted in the launches: once for
-  // each of run_both_orders' two runs, and not at all when switched off.
+TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CPU") {
+  // Plain options only (plain_config), the kernels counted in the launches: each once for each
+  // of run_both_orders' two runs, and not at all when switched off.
   const auto wgmma_launches = [] {
     const auto& names = cuda_emulator::launched();
-    return std::count(names.begin(), names.end(), std::string("sdpa wgmma forward kernel"));
+    int n = 0;
+    for (const char* kernel : {"sdpa wgmma forward kernel", "sdpa wgmma backward dq kernel",
+                               "sdpa wgmma backward dk/dv kernel"})
+      n += std::count(names.begin(), names.end(), std::string(kernel)) == 2;
+    return n + std::count_if(names.begin(), names.end(), [](const std::string& name) {
+             return name.find("wgmma") != std::string::npos;
+           });
   };
   std::mt19937_64 rng(2033);
   for (int n = 0; n < 8; ++n) {
@@ -222,7 +228,7 @@ TEST_CASE("emulated tensor-core sdpa: the forward on warpgroup products (wgmma),
     const Wgmma on(true);
     cuda_emulator::clear_launches();
     compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
-    CHECK(wgmma_launches() == 2);
+    CHECK(wgmma_launches() == 3 + 6);  // three kernels twice each
   }
   const Wgmma off(false);
   cuda_emulator::clear_launches();

@@ -467,7 +467,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       const bool plain = plain_only(a);
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
-        if (!sum_dq)
+        if (!sum_dq && !wgmma_backward_dq<S>(device, a, vec, s))
           with_kind<S>(plain, [&](auto kind) {
             constexpr bool kPlainOnly = decltype(kind)::value;
             static_assert(smem_dq<S, kD, kM, kPlainOnly> <= smem_dq<S, kD, kM>);
@@ -478,6 +478,7 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       const auto dkv = [&](auto part, auto sums, const char* name) {
         constexpr DkvPart kPart = decltype(part)::value;
         constexpr bool kSums = decltype(sums)::value;
+        if (kPart == kDkAndDv && !kSums && wgmma_backward_dkv<S>(device, a, vec, s)) return;
         const auto run = [&](auto warps) {
           constexpr int kW = decltype(warps)::value;
           const int64_t blocks = a.B * a.Hk * ((a.Skv + 16 * kW - 1) / (16 * kW));

@@ -118,6 +118,13 @@ void with_kind(bool plain, F&& f) {
 // cuda_sdpa_wgmma() is on. False where it does not (nothing was run).
 template <class S>
 bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec);
+// The backward's dQ pass and dK/dV pass on warpgroup products (cuda_sdpa_wgmma_backward.cu)
+// where they apply: as wgmma_forward, for plain_only() calls (delta already in a.delta, dQ in a
+// pass of its own). False where they do not (nothing was run).
+template <class S>
+bool wgmma_backward_dq(int device, const Args<float, S>& a, const Vectorized& vec, cudaStream_t s);
+template <class S>
+bool wgmma_backward_dkv(int device, const Args<float, S>& a, const Vectorized& vec, cudaStream_t s);
 
 // The forward and the backward of S's kernels (bfloat16, float16, float for 3xTF32): false when
 // the head dims or the shared memory rule them out (nothing was run).

@@ -209,10 +209,10 @@ __device__ __forceinline__ void load_kv_tile(const Args<float, S>& a, const Quer
                                              S* Vs, int64_t j0, const int64_t* at,
                                              const Vectorized& vec) {
   const int64_t kv_end = q.sq.kv0 + q.sq.rows_kv;
-  load_rows<S, kD, kN, kThreads, Tile>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0,
-                                       kv_end, a.Dqk, at, vec.k);
-  load_rows<S, kD, kN, kThreads, Tile>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0,
-                                       kv_end, a.Dv, at, vec.v);
+  load_rows<S, kD, kN, kThreads, Tile>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0, kv_end,
+                                       a.Dqk, at, vec.k);
+  load_rows<S, kD, kN, kThreads, Tile>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0, kv_end,
+                                       a.Dv, at, vec.v);
 }
 
 // The A fragments of kM row slices as S's products take them: the registers themselves

@@ -18,54 +18,44 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/cuda/cuda_sdpa_mma_launch.cuh"
-#include "backends/cuda/cuda_wgmma.cuh"
+#include "backends/cuda/cuda_sdpa_wgmma.cuh"
 
 namespace tg::cuda::mma_sdpa {
 namespace {
 
-constexpr int kGroupThreads = 128;              // a warpgroup
-constexpr int kGroupRows = 64;                  // query rows a group multiplies
-constexpr int kGroups = 2;                      // groups a block
-constexpr int kWgThreads = kGroups * kGroupThreads;
-constexpr int kWgRows = kGroups * kGroupRows;   // query rows a block
-constexpr int kWgKeys = 128;                    // keys a tile
+using wg::kBlockRows;
+constexpr int kWgKeys = 128;  // keys a tile
 
 // Shared memory of the kernel at head width kD: Q, two buffers of K and V, and room to start the
 // tiles on a 1024-byte boundary.
 template <class S, int kD>
-constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kWgRows + 4 * kWgKeys) * kD * sizeof(S);
+constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys) * kD * sizeof(S);
 
 template <class S, int kD>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWgKeys;
   constexpr uint32_t kKvBytes = kN * kD * sizeof(S);  // one K or V buffer
   extern __shared__ __align__(1024) unsigned char smem[];
-  // The swizzle is the hardware's on address bits, so the tiles start on its period whatever
-  // the dynamic array's own alignment.
-  const uint32_t window = wgmma::shared_address(smem);
-  unsigned char* tiles = smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) % wgmma::kAtomBytes;
-  S* Qs = reinterpret_cast<S*>(tiles);
-  S* Ks = Qs + kWgRows * kD;  // two buffers of kN rows
+  S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
+  S* Ks = Qs + kBlockRows * kD;  // two buffers of kN rows
   S* Vs = Ks + 2 * kN * kD;
-  const int group = threadIdx.x / kGroupThreads, warp = (threadIdx.x / 32) % 4;
-  const QueryBlock qb = query_block(a, kWgRows);
+  const int group = wg::group(), warp = wg::warp_in_group();
+  const QueryBlock qb = query_block(a, kBlockRows);
   const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
   const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
-  load_rows<S, kD, kWgRows, kWgThreads, Swizzled<S, kWgRows>>(
+  load_rows<S, kD, kBlockRows, wg::kThreads, Swizzled<S, kBlockRows>>(
       Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
-  const int64_t row_g = i0 + kGroupRows * group;  // this group's first row
-  const int64_t row_w = row_g + 16 * warp;        // this warp's
+  const int64_t row_g = i0 + wg::kGroupRows * group;  // this group's first row
+  const int64_t row_w = row_g + 16 * warp;            // this warp's
   // The group's range decides which tiles it skips: its four warps multiply together.
-  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kWgRows, row_g, kGroupRows);
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
   const int64_t hi = keys.hi;
   const int n_tiles = keys.n;
   const auto load_kv = [&](int it, int buf) {
-    load_kv_tile<S, kD, kN, kWgThreads, Swizzled<S, kN>>(a, qb, Ks + buf * kN * kD,
-                                                         Vs + buf * kN * kD, keys.first_key(it),
-                                                         a.kv_rows, vec);
+    load_kv_tile<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        a, qb, Ks + buf * kN * kD, Vs + buf * kN * kD, keys.first_key(it), a.kv_rows, vec);
   };
   if (n_tiles > 0) load_kv(0, 0);
   mma::cp_async_commit();
@@ -79,15 +69,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1;
     const int64_t j0 = keys.first_key(it);
-    if (it + 1 < n_tiles) {
-      load_kv(it + 1, (it + 1) & 1);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    wgmma::fence_async_shared();  // this thread's copies, to the products' reads
-    __syncthreads();
+    wg::next_tile(it, n_tiles, load_kv);
     if (keys.warp_skips(j0)) {  // no row of the group sees a key of the tile
       __syncthreads();
       continue;
@@ -96,7 +78,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kWgRows, kGroupRows * group, kk),
+      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
                                wgmma::k_major(k_at + buf * kKvBytes, kN, 0, kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
@@ -155,8 +137,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = row_w + frag_row(2 * r);
-      if (i < sq.rows_q)
-        a.stat(b, h, sq.q0 + i) = l[r] > 0 ? mr[r] * kLn2 + logf(l[r]) : kNegInf;
+      if (i < sq.rows_q) a.stat(b, h, sq.q0 + i) = l[r] > 0 ? mr[r] * kLn2 + logf(l[r]) : kNegInf;
     }
   }
 }
@@ -176,10 +157,10 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
       constexpr size_t smem = smem_wgmma<S, kD>;
       if (smem > static_cast<size_t>(shared_optin(device))) return false;
       cudaStream_t s = enter(device);
-      const int64_t blocks = a.B * a.Hq * ((a.Sq + kWgRows - 1) / kWgRows);
+      const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
       if (blocks)
-        launch<kWgThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
-                           "sdpa wgmma forward kernel", a, vec);
+        launch<wg::kThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
+                             "sdpa wgmma forward kernel", a, vec);
       return true;
     };
     return width <= 64 ? run(std::integral_constant<int, 64>{})

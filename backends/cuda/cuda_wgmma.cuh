@@ -36,39 +36,41 @@ namespace tg::cuda::wgmma {
 #endif
 
 // The 32 accumulator registers of an m64n64 product, as asm operand names.
-#define TG_WGMMA_D64 \
+#define TG_WGMMA_D64                                                                          \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19," \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 // The 64 accumulator registers of an m64n128 product, as asm operand names.
-#define TG_WGMMA_D128 \
+#define TG_WGMMA_D128                                                                         \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19," \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37," \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55," \
   "%56, %57, %58, %59, %60, %61, %62, %63"
 // Operand lists: the accumulators of d[N / 8][4] in order.
 #define TG_WGMMA_F4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define TG_WGMMA_F64(d)                                                                     \
+#define TG_WGMMA_F64(d)                                                                          \
   TG_WGMMA_F4(d, 0), TG_WGMMA_F4(d, 1), TG_WGMMA_F4(d, 2), TG_WGMMA_F4(d, 3), TG_WGMMA_F4(d, 4), \
       TG_WGMMA_F4(d, 5), TG_WGMMA_F4(d, 6), TG_WGMMA_F4(d, 7)
-#define TG_WGMMA_F128(d)                                                                      \
+#define TG_WGMMA_F128(d)                                                                         \
   TG_WGMMA_F64(d), TG_WGMMA_F4(d, 8), TG_WGMMA_F4(d, 9), TG_WGMMA_F4(d, 10), TG_WGMMA_F4(d, 11), \
       TG_WGMMA_F4(d, 12), TG_WGMMA_F4(d, 13), TG_WGMMA_F4(d, 14), TG_WGMMA_F4(d, 15)
 
 // d (+)= A B, A and B in shared memory (K-major both), `type` "bf16" or "f16", A_, B_ and ACC_
 // the operand names after the accumulators' (d is overwritten where acc is 0).
 #define TG_WGMMA_SS(N, type, A_, B_, ACC_, d, a, b, acc)                                          \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_ ", 0;\n"                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                           \
+               ", 0;\n"                                                                           \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
                "}, " A_ ", " B_ ", p, 1, 1, 0, 0;\n}\n"                                           \
-               : TG_WGMMA_F##N(d)                                                                \
+               : TG_WGMMA_F##N(d)                                                                 \
                : "l"(a), "l"(b), "r"(acc))
 // d += A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory MN-major
 // (transposed: imm-trans-b 1).
-#define TG_WGMMA_RS(N, type, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b)                              \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_ ", 0;\n"                                \
+#define TG_WGMMA_RS(N, type, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b)                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                           \
+               ", 0;\n"                                                                           \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
-               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, 1;\n}\n"                 \
-               : TG_WGMMA_F##N(d)                                                                \
+               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, 1;\n}\n"                \
+               : TG_WGMMA_F##N(d)                                                                 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u))
 
 __device__ __forceinline__ void fence() {

@@ -17,8 +17,8 @@
 
 namespace tg::cuda::wgmma {
 
-constexpr int kPanel = 64;         // 16-bit columns of a panel
-constexpr int kAtomBytes = 1024;   // 8 rows of 128 bytes: the swizzle's period
+constexpr int kPanel = 64;        // 16-bit columns of a panel
+constexpr int kAtomBytes = 1024;  // 8 rows of 128 bytes: the swizzle's period
 constexpr int kRowBytes = 128;
 
 // Byte offset of 16-byte chunk c (columns 8 c .. 8 c + 7) of row r in a tile of `rows` rows.
@@ -39,9 +39,9 @@ TG_HD constexpr uint64_t descriptor(uint32_t address, uint32_t leading, uint32_t
 // rows), its rows from `row0` (a multiple of 8), k-step kk (columns 16 kk .. 16 kk + 15): 8-row
 // groups 1024 bytes apart (stride); the leading offset is unused in this mode (1 by convention).
 TG_HD constexpr uint64_t k_major(uint32_t tile, int rows, int row0, int kk) {
-  return descriptor(tile + static_cast<uint32_t>((kk / 4) * rows * kRowBytes + row0 * kRowBytes +
-                                                 (kk % 4) * 32),
-                    16, kAtomBytes);
+  return descriptor(
+      tile + static_cast<uint32_t>((kk / 4) * rows * kRowBytes + row0 * kRowBytes + (kk % 4) * 32),
+      16, kAtomBytes);
 }
 
 // MN-major operand (V rows: K = the keys, N = the head dim) at shared address `tile` (`rows`

@@ -1,9 +1,9 @@
 // Included first by the files that compile CUDA kernel sources as plain C++ for the emulator
 // (runtime.h): CUDA's qualifiers as nothing, its built-in variables and intrinsics on the
-// emulator, the PTX wrappers of cuda_mma.cuh and cuda_wgmma.cuh emulated (mma.h, wgmma.h), and the host runtime calls the
-// kernel files make. The kernels' namespace is renamed (mma_sdpa -> mma_sdpa_emulated), and so
-// are the device helpers of cuda_util.cuh, so that these objects link beside a CUDA build of
-// the library without taking the place of its symbols.
+// emulator, the PTX wrappers of cuda_mma.cuh and cuda_wgmma.cuh emulated (mma.h, wgmma.h), and the
+// host runtime calls the kernel files make. The kernels' namespace is renamed (mma_sdpa ->
+// mma_sdpa_emulated), and so are the device helpers of cuda_util.cuh, so that these objects link
+// beside a CUDA build of the library without taking the place of its symbols.
 #pragma once
 #ifndef TG_CUDA_EMULATION
 #error "the CUDA emulator's sources are compiled with TG_CUDA_EMULATION defined"

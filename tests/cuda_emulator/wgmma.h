@@ -38,14 +38,16 @@ inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
 // chunks. No swizzle: core matrix (mn / 8, k / 8) at (mn / 8) stride + (k / 8) leading, its
 // rows 16 bytes apart. 128-byte swizzle: rows of 128 bytes, 8-row groups `stride` apart.
 inline uint32_t k_major_at(const Descriptor& d, unsigned mn, unsigned k) {
-  if (d.layout == 0) return d.start + (mn % 8) * 16 + (mn / 8) * d.stride + (k / 8) * d.leading + (k % 8) * 2;
+  if (d.layout == 0)
+    return d.start + (mn % 8) * 16 + (mn / 8) * d.stride + (k / 8) * d.leading + (k % 8) * 2;
   return swizzle128(d.start + (mn % 8) * 128 + (mn / 8) * d.stride + (k / 8) * 16 + (k % 8) * 2);
 }
 // ... of an MN-major operand: MN contiguous. No swizzle: core matrix (k / 8, mn / 8) at
 // (mn / 8) stride + (k / 8) leading, its rows (k) 16 bytes apart. 128-byte swizzle: rows (k) of
 // 64 values, 128 bytes apart; 8-row groups `stride` apart, 64-value panels `leading` apart.
 inline uint32_t mn_major_at(const Descriptor& d, unsigned k, unsigned mn) {
-  if (d.layout == 0) return d.start + (mn % 8) * 2 + (mn / 8) * d.stride + (k % 8) * 16 + (k / 8) * d.leading;
+  if (d.layout == 0)
+    return d.start + (mn % 8) * 2 + (mn / 8) * d.stride + (k % 8) * 16 + (k / 8) * d.leading;
   return swizzle128(d.start + (mn % 64) * 2 + (mn / 64) * d.leading + (k % 8) * 128 +
                     (k / 8) * d.stride);
 }
@@ -120,9 +122,8 @@ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
     return mma::emulated::widen<S>(mma::emulated::half_of(
         x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
   };
-  multiply<kN>(d, true, A, [&](unsigned k, unsigned n) {
-    return value_at<S>(mn_major_at(db, k, n));
-  });
+  multiply<kN>(d, true, A,
+               [&](unsigned k, unsigned n) { return value_at<S>(mn_major_at(db, k, n)); });
 }
 
 }  // namespace tg::cuda::wgmma

@@ -1,0 +1,309 @@
+// The tensor-core SDPA's backward passes on sm_90's warpgroup products (wgmma), for the calls
+// the forward of cuda_sdpa_wgmma_forward.cu takes (16-bit, plain options without dropout, head
+// dims up to 128, compute capability 9.0) with dQ in its own pass (cuda_sdpa_deterministic()):
+// the same two passes as cuda_sdpa_mma_backward.cu's kernels, and the same arithmetic (P
+// recomputed with exp2_ftz from the statistics, dS = P (dP - D), P and dS rounded to 16 bits for
+// the second products), on blocks of two warpgroups.
+// - dQ pass: a group takes 64 query rows; per walked tile of 64 keys, S = Q K^T and dP = dO V^T
+//   (both operands from shared memory), then dQ += dS K (dS from registers, K transposed by the
+//   hardware).
+// - dK/dV pass: a group takes 64 keys; per walked tile of 64 query rows, S^T = K Q^T and
+//   dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q from registers. A group skips the tiles
+//   whose rows see none of its keys.
+// Tiles in the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async, the next walked tile
+// while this one is multiplied. Not yet run on a GPU: cuda_sdpa_wgmma() turns it off.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_sdpa_wgmma.cuh"
+
+namespace tg::cuda::mma_sdpa {
+namespace {
+
+using wg::kBlockRows;
+constexpr int kWalk64 = 64;  // rows of a walked tile: keys (dQ pass) or query rows (dK/dV pass)
+
+// Shared memory of the two passes at head width kD: the block's own rows (Q and dO, or K and
+// V), two buffers of the walked rows (K and V, or Q and dO), the dK/dV pass's statistics, and
+// room to start the tiles on a 1024-byte boundary.
+template <class S, int kD>
+constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 4 * kWalk64) * kD * sizeof(S);
+template <class S, int kD>
+constexpr size_t smem_wg_dkv = smem_wg_dq<S, kD> + 4 * kWalk64 * sizeof(float);
+
+template <class S, int kD>
+__global__ void __launch_bounds__(wg::kThreads, 1)
+    wgmma_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kWalk64;
+  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one walked buffer
+  extern __shared__ __align__(1024) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
+  S* dOs = Qs + kBlockRows * kD;
+  S* Ks = dOs + kBlockRows * kD;  // two buffers of kN rows
+  S* Vs = Ks + 2 * kN * kD;
+  const int group = wg::group(), warp = wg::warp_in_group();
+  const QueryBlock qb = query_block(a, kBlockRows);
+  const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
+  const SdpaSequence& sq = qb.sq;
+  if (i0 >= sq.rows_q) return;
+  const int64_t q_end = sq.q0 + sq.rows_q;
+  const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's rows
+  using Rows = Swizzled<S, kBlockRows>;
+  load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
+                                                   q_end, a.Dqk, nullptr, vec.q);
+  load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(dOs, slice(a.dout, a.dos, b, h), a.dos,
+                                                   sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+  const int64_t row_g = i0 + wg::kGroupRows * group, row_w = row_g + 16 * warp;
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
+  const int64_t hi = keys.hi;
+  const int n_tiles = keys.n;
+  const auto load_kv = [&](int it, int buf) {
+    load_kv_tile<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        a, qb, Ks + buf * kN * kD, Vs + buf * kN * kD, keys.first_key(it), nullptr, vec);
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  mma::cp_async_commit();
+  const uint32_t q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs),
+                 k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+
+  float dl[2], lse_log2[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row_w + frag_row(2 * r);
+    lse_log2[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) * kLog2e : kNegInf;
+    dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+  }
+  const float scale_log2 = a.scale * kLog2e;
+  float dq[kD / 8][4] = {};
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
+    const int64_t j0 = keys.first_key(it);
+    wg::next_tile(it, n_tiles, load_kv);
+    if (keys.warp_skips(j0)) {  // no row of the group sees a key of the tile
+      __syncthreads();
+      continue;
+    }
+    float s[kN / 8][4], dp[kN / 8][4];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
+                               wgmma::k_major(k_at + buf * kTileBytes, kN, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(dp, wgmma::k_major(do_at, kBlockRows, wg::kGroupRows * group, kk),
+                               wgmma::k_major(v_at + buf * kTileBytes, kN, 0, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    // dS = P (dP - D), as backward_dq_kernel's plain path; 0 for the keys a row does not see.
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
+        s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
+      }
+    }
+    if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, 0.0f);
+    AFragments<S, kN> df;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + buf * kTileBytes, kN, kk));
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every group is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();
+  const float scale[2] = {a.scale, a.scale};
+  store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
+}
+
+template <class S, int kD>
+__global__ void __launch_bounds__(wg::kThreads, 1)
+    wgmma_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  constexpr int kN = kWalk64, kKeys = kBlockRows;
+  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);
+  extern __shared__ __align__(1024) unsigned char smem[];
+  S* Ks = reinterpret_cast<S*>(wg::aligned_tiles(smem));
+  S* Vs = Ks + kKeys * kD;
+  S* Qs = Vs + kKeys * kD;  // two buffers of kN rows
+  S* dOs = Qs + 2 * kN * kD;
+  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kD);  // two buffers (log2 units)
+  float* dl_s = lse_s + 2 * kN;
+  const int group = wg::group(), warp = wg::warp_in_group();
+  const int64_t tiles = (a.Skv + kKeys - 1) / kKeys, blk = blockIdx.x;
+  const int64_t j0 = (blk % tiles) * kKeys, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
+  const SdpaSequence sq = a.seq(b);
+  if (j0 >= sq.rows_kv) return;  // past a ragged sequence's keys (the whole block)
+  const int64_t G = a.Hq / a.Hk, q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
+  using Rows = Swizzled<S, kKeys>;
+  load_rows<S, kD, kKeys, wg::kThreads, Rows>(Ks, slice(a.k, a.ks, b, hk), a.ks, sq.kv0 + j0,
+                                              kv_end, a.Dqk, nullptr, vec.k);
+  load_rows<S, kD, kKeys, wg::kThreads, Rows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0,
+                                              kv_end, a.Dv, nullptr, vec.v);
+  // Query rows that can see some key of the block, and of the group's 64 (the tiles it walks).
+  const auto seeing = [&](int64_t first, int64_t count) {
+    const int64_t last = min(first + count, sq.rows_kv) - 1;
+    return first < sq.rows_kv ? sdpa_query_range(a.causal, a.window, sq.shift, first, last,
+                                                 first < sq.len_kv ? sq.len_q : 0)
+                              : IndexRange{0, 0};
+  };
+  const IndexRange rows = seeing(j0, kKeys);
+  const int64_t key_g = j0 + wg::kGroupRows * group, key_w = key_g + 16 * warp;
+  const IndexRange group_rows = seeing(key_g, wg::kGroupRows);
+  const int64_t i_lo = rows.lo, i_hi = rows.hi;
+  const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
+  const int64_t n_tiles = G * per_head;
+  struct QueryTile {
+    int64_t h, i0;  // head, first row
+  };
+  const int64_t i_end = i_lo + per_head * kN;
+  const auto after = [&](QueryTile t) {
+    return t.i0 + kN < i_end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, i_lo};
+  };
+  const auto load_q = [&](QueryTile t, int buf) {
+    const int64_t h = t.h, i0 = t.i0;
+    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        Qs + buf * kN * kD, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, q_end, a.Dqk, nullptr, vec.q);
+    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(dOs + buf * kN * kD,
+                                                        slice(a.dout, a.dos, b, h), a.dos,
+                                                        sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+    const int64_t row_base = (b * a.Hq + h) * a.Sq;
+    if (const int r = threadIdx.x; r < kN) {  // one row each
+      const bool in = i0 + r < sq.rows_q;
+      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;
+      dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
+    }
+  };
+  QueryTile cur{hk * G, i_lo};
+  if (n_tiles > 0) load_q(cur, 0);
+  mma::cp_async_commit();
+  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs),
+                 q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs);
+
+  const float scale_log2 = a.scale * kLog2e;
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    const int64_t i0 = cur.i0;
+    const QueryTile next = after(cur);
+    wg::next_tile(it, n_tiles, [&](int64_t, int next_buf) { load_q(next, next_buf); });
+    cur = next;
+    if (i0 >= group_rows.hi || i0 + kN <= group_rows.lo) {  // none of the group's keys seen
+      __syncthreads();
+      continue;
+    }
+    float st[kN / 8][4], dpt[kN / 8][4];  // S^T and dP^T: keys x queries
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(st, wgmma::k_major(k_at, kKeys, wg::kGroupRows * group, kk),
+                               wgmma::k_major(q_at + buf * kTileBytes, kN, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(dpt, wgmma::k_major(v_at, kKeys, wg::kGroupRows * group, kk),
+                               wgmma::k_major(do_at + buf * kTileBytes, kN, 0, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    // As backward_dkv_kernel's plain path: P^T, dS^T; 0 for the queries that do not see a key.
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+      const int q = frag_col(nt, 0);  // elements 0, 2: query q; 1, 3: q + 1
+      const float2 lse = *reinterpret_cast<const float2*>(lse_s + buf * kN + q);
+      const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
+        dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
+        st[nt][e] = p;
+      }
+    }
+    if (!interior(a, sq, i0, kN, sq.len_kv, key_w, 16)) {
+      int2 seen[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
+      hide_outside<kN>(seen, st, 0.0f);
+      hide_outside<kN>(seen, dpt, 0.0f);
+    }
+    AFragments<S, kN> pf, df;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+      to_a_fragment<S, kN>(pf, nt, st[nt]);
+      to_a_fragment<S, kN>(df, nt, dpt[nt]);
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {  // dV += P^T dO, dK += dS^T Q (scaled at the end)
+      wgmma::product_rs<S, kD>(dv, pf[kk], wgmma::mn_major(do_at + buf * kTileBytes, kN, kk));
+      wgmma::product_rs<S, kD>(dk, df[kk], wgmma::mn_major(q_at + buf * kTileBytes, kN, kk));
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every group is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
+  store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
+  store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
+}
+
+// Calls f(std::integral_constant<int, kD>) for the head width of a call the warpgroup kernels
+// take (wgmma_forward's conditions, and the passes' shared memory within the device's); false
+// (f not called) for any other.
+template <class S, class F>
+bool with_wgmma_width(int device, const Args<float, S>& a, F&& f) {
+  if constexpr (kTf32<S>) {
+    return false;
+  } else {
+    const int64_t width = std::max(a.Dqk, a.Dv);
+    if (width > 128 || !cuda_sdpa_wgmma() || !plain_only(a) || !wgmma_device(device)) return false;
+    const auto run = [&](auto dim) {
+      constexpr int kD = decltype(dim)::value;
+      if (smem_wg_dkv < S, kD >> static_cast<size_t>(shared_optin(device))) return false;
+      f(dim);
+      return true;
+    };
+    return width <= 64 ? run(std::integral_constant<int, 64>{})
+                       : run(std::integral_constant<int, 128>{});
+  }
+}
+
+}  // namespace
+
+template <class S>
+bool wgmma_backward_dq(int device, const Args<float, S>& a, const Vectorized& vec, cudaStream_t s) {
+  return with_wgmma_width(device, a, [&](auto dim) {
+    constexpr int kD = decltype(dim)::value;
+    const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
+    if (blocks)
+      launch<wg::kThreads>(wgmma_dq_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
+                           "sdpa wgmma backward dq kernel", a, vec);
+  });
+}
+
+template <class S>
+bool wgmma_backward_dkv(int device, const Args<float, S>& a, const Vectorized& vec,
+                        cudaStream_t s) {
+  return with_wgmma_width(device, a, [&](auto dim) {
+    constexpr int kD = decltype(dim)::value;
+    const int64_t blocks = a.B * a.Hk * ((a.Skv + kBlockRows - 1) / kBlockRows);
+    if (blocks)
+      launch<wg::kThreads>(wgmma_dkv_kernel<S, kD>, blocks, smem_wg_dkv<S, kD>, s,
+                           "sdpa wgmma backward dk/dv kernel", a, vec);
+  });
+}
+
+#define TG_WGMMA_BACKWARD(S)                                                                       \
+  template bool wgmma_backward_dq<S>(int, const Args<float, S>&, const Vectorized&, cudaStream_t); \
+  template bool wgmma_backward_dkv<S>(int, const Args<float, S>&, const Vectorized&, cudaStream_t);
+TG_WGMMA_BACKWARD(__nv_bfloat16)
+TG_WGMMA_BACKWARD(__half)
+TG_WGMMA_BACKWARD(float)
+#undef TG_WGMMA_BACKWARD
+
+}  // namespace tg::cuda::mma_sdpa
