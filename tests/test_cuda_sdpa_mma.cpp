@@ -1,8 +1,8 @@
 // SDPA on the tensor cores (bfloat16 and float16, and float32 as 3xTF32;
 // backends/cuda/cuda_sdpa_mma.cu) against the CPU: random
 // option combinations with NaN-poisoned outputs, at aligned, strided and misaligned layouts
-// (16-byte copies and element loads), the deterministic backward, fully masked rows, and that
-// switching the kernels on changes which code runs.
+// (16-byte copies and element loads), the deterministic backward, fully masked rows, that
+// switching the kernels on changes which code runs, and the kernels on warpgroup products.
 // Tolerances: sdpa_mma_compare.h.
 #include <algorithm>
 #include <cmath>
@@ -60,10 +60,11 @@ TEST_CASE("sdpa on the tensor cores: bfloat16 and float16 against the CPU, outpu
   CHECK(element_loads > 40);
 }
 
-TEST_CASE("sdpa on the tensor cores: the forward on warpgroup products (wgmma), against the CPU") {
-  // Plain options (plain_config), where cuda_sdpa_wgmma() sends the forward to the kernel of
-  // cuda_sdpa_wgmma_forward.cu on a device of compute capability 9.0 (elsewhere the mma.sync
-  // kernels run, and this checks them again); then sequences of many key tiles.
+TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU") {
+  // Plain options (plain_config), where cuda_sdpa_wgmma() sends the forward and the backward's
+  // two passes to the kernels of cuda_sdpa_wgmma_*.cu on a device of compute capability 9.0
+  // (elsewhere the mma.sync kernels run, and this checks them again); then sequences of many
+  // key and query tiles, causal in both alignments, with GQA.
   TensorCores on(true);
   const Wgmma wgmma(true);
   std::mt19937_64 rng(2034);
@@ -95,11 +96,16 @@ TEST_CASE("sdpa on the tensor cores: the backward is deterministic (bitwise equa
   SdpaOptions o;
   o.dropout_p = 0.2;
   o.seed = 5;
-  const SdpaResult r = sdpa_forward(q, k, v, o);
-  const SdpaGrads a = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
-  const SdpaGrads b = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
-  for (const auto& [x, y] : {std::pair{a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}})
-    CHECK(x.to(kFloat32).to_vector<float>() == y.to(kFloat32).to_vector<float>());
+  // With dropout (the mma.sync kernels), and without it on warpgroup products where they run.
+  for (const bool wgmma : {false, true}) {
+    const Wgmma mode(wgmma);
+    if (wgmma) o.dropout_p = 0;
+    const SdpaResult r = sdpa_forward(q, k, v, o);
+    const SdpaGrads a = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+    const SdpaGrads b = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+    for (const auto& [x, y] : {std::pair{a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}})
+      CHECK(x.to(kFloat32).to_vector<float>() == y.to(kFloat32).to_vector<float>());
+  }
 }
 
 TEST_CASE("sdpa on the tensor cores: fully masked rows give zeros and -inf statistics") {
