@@ -96,6 +96,8 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
                                wgmma::k_major(v_at + buf * kTileBytes, kN, 0, kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
     // dS = P (dP - D), as backward_dq_kernel's plain path; 0 for the keys a row does not see.
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
@@ -109,12 +111,14 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     AFragments<S, kN> df;
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
+    wgmma::fence_operand(dq);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
       wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + buf * kTileBytes, kN, kk));
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(dq);
     __syncthreads();  // every group is done with this buffer before it is refilled
   }
   mma::cp_async_wait<0>();
@@ -209,6 +213,8 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
                                wgmma::k_major(do_at + buf * kTileBytes, kN, 0, kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(st);
+    wgmma::fence_operand(dpt);
     // As backward_dkv_kernel's plain path: P^T, dS^T; 0 for the queries that do not see a key.
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
@@ -236,6 +242,8 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       to_a_fragment<S, kN>(pf, nt, st[nt]);
       to_a_fragment<S, kN>(df, nt, dpt[nt]);
     }
+    wgmma::fence_operand(dv);
+    wgmma::fence_operand(dk);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {  // dV += P^T dO, dK += dS^T Q (scaled at the end)
@@ -244,6 +252,8 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     }
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(dv);
+    wgmma::fence_operand(dk);
     __syncthreads();  // every group is done with this buffer before it is refilled
   }
   mma::cp_async_wait<0>();

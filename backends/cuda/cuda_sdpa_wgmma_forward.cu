@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
                                wgmma::k_major(k_at + buf * kKvBytes, kN, 0, kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(s);
 
     if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, kNegInf);
     float alpha[2], base[2];
@@ -116,12 +117,14 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
         for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e / 2];
       }
     }
+    wgmma::fence_operand(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
       wgmma::product_rs<S, kD>(o, pf[kk], wgmma::mn_major(v_at + buf * kKvBytes, kN, kk));
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::fence_operand(o);
     __syncthreads();  // every group is done with this buffer before it is refilled
   }
   mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited

@@ -89,6 +89,19 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
+// Pins the accumulators in place for the compiler: no access to them moves across this point
+// (before fence(), so that earlier writes are done; after wait(), so that reads wait for it), as
+// CUTLASS's warpgroup_fence_operand does. The products' asm statements name the registers, the
+// fence and wait do not.
+template <int kTiles>
+__device__ __forceinline__ void fence_operand(float (&d)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+  }
+}
+
 // Makes this thread's writes to shared memory (stores, completed cp.async copies) visible to
 // the products, which read through the async proxy.
 __device__ __forceinline__ void fence_async_shared() {

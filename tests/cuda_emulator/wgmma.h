@@ -98,6 +98,8 @@ inline void commit() {}
 template <int kPending>
 void wait() {}
 inline void fence_async_shared() {}
+template <int kTiles>
+void fence_operand(float (&)[kTiles][4]) {}
 inline uint32_t shared_address(const void* p) { return ::tg::cuda_emulator::shared_offset(p); }
 
 template <class S, int kN>
