@@ -1,0 +1,25 @@
+// wgmma_probe.h on the CPU emulator: the same kernel source, host memory.
+#include "tests/cuda_emulator/cuda_shim.h"
+
+namespace tgtest::wgmma_probe {
+namespace {
+alignas(1024) unsigned char smem[tg::cuda_emulator::kEmulatedSharedArray];
+const bool registered = tg::cuda_emulator::register_shared(smem, sizeof smem);
+}  // namespace
+}  // namespace tgtest::wgmma_probe
+
+#include "tests/wgmma_probe_kernel.cuh"
+
+namespace tgtest::wgmma_probe {
+
+bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out) {
+  out.ss.assign(kM * kM, 0.0f);
+  out.rs.assign(kM * kK, 0.0f);
+  const auto* pa = reinterpret_cast<const S*>(a.data());
+  const auto* pb = reinterpret_cast<const S*>(b.data());
+  tg::cuda_emulator::launch(1, 128, kSmem,
+                            [&] { probe_kernel(pa, pb, out.ss.data(), out.rs.data()); });
+  return true;
+}
+
+}  // namespace tgtest::wgmma_probe

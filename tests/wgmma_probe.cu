@@ -1,0 +1,41 @@
+// wgmma_probe.h on a GPU (built for sm_90a alone: tests/CMakeLists.txt).
+#include <cuda_runtime.h>
+
+#include "tests/wgmma_probe_kernel.cuh"
+
+namespace tgtest::wgmma_probe {
+
+bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) return false;
+  S *da = nullptr, *db = nullptr;
+  float *dss = nullptr, *drs = nullptr;
+  const size_t in = kM * kK * sizeof(S);
+  cudaMalloc(&da, in);
+  cudaMalloc(&db, in);
+  cudaMalloc(&dss, kM * kM * sizeof(float));
+  cudaMalloc(&drs, kM * kK * sizeof(float));
+  cudaMemcpy(da, a.data(), in, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), in, cudaMemcpyHostToDevice);
+  cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(kSmem));
+  probe_kernel<<<1, 128, kSmem>>>(da, db, dss, drs);
+  out.ss.assign(kM * kM, 0.0f);
+  out.rs.assign(kM * kK, 0.0f);
+  const bool ok = cudaDeviceSynchronize() == cudaSuccess &&
+                  cudaMemcpy(out.ss.data(), dss, kM * kM * sizeof(float), cudaMemcpyDeviceToHost) ==
+                      cudaSuccess &&
+                  cudaMemcpy(out.rs.data(), drs, kM * kK * sizeof(float), cudaMemcpyDeviceToHost) ==
+                      cudaSuccess;
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dss);
+  cudaFree(drs);
+  if (!ok) out.ss.clear();  // the caller's check fails on the sizes
+  return true;
+}
+
+}  // namespace tgtest::wgmma_probe

@@ -1,0 +1,23 @@
+// One warpgroup's two kinds of product (backends/cuda/cuda_wgmma.cuh) on known operands, laid out
+// as the SDPA kernels lay theirs out (wgmma_layout.h), so that an error in the layout, the
+// descriptors or the fragments shows on its own: on a GPU of compute capability 9.0
+// (wgmma_probe.cu) and on the CPU emulator (cuda_emulator/wgmma_probe.cpp), each against the
+// same sums in double.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace tgtest::wgmma_probe {
+
+constexpr int kM = 64, kK = 128;  // A: 64 x 128 values; B: 64 x 128 (two 64-column panels)
+
+struct Result {
+  std::vector<float> ss;  // A B^T (64 x 64): both from shared memory, K-major, k = 128
+  std::vector<float> rs;  // A[:, :64] B (64 x 128): A from registers, B MN-major, k = 64
+};
+
+// a and b: bfloat16 bits, row-major. Runs the kernel (false where it cannot: no device of
+// compute capability 9.0).
+bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out);
+
+}  // namespace tgtest::wgmma_probe

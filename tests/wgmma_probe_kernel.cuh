@@ -1,0 +1,75 @@
+// The kernel of wgmma_probe.h: one warpgroup, A and B copied into shared memory in the 128-byte
+// swizzle mode, then the two products, written out row by row from the accumulators.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_sdpa_mma_tiles.cuh"
+#include "backends/cuda/cuda_wgmma.cuh"
+#include "tests/wgmma_probe.h"
+
+namespace tgtest::wgmma_probe {
+namespace {  // beside the emulator's shared array (cuda_emulator/wgmma_probe.cpp)
+
+using S = __nv_bfloat16;
+namespace mma_sdpa = tg::cuda::mma_sdpa;
+namespace wgmma = tg::cuda::wgmma;
+namespace mma = tg::cuda::mma;
+
+constexpr size_t kSmem = wgmma::kAtomBytes + 2 * kM * kK * sizeof(S);
+
+__global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t window = wgmma::shared_address(smem);
+  S* As = reinterpret_cast<S*>(smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) %
+                                          wgmma::kAtomBytes);
+  S* Bs = As + kM * kK;
+  using Tile = mma_sdpa::Swizzled<S, kM>;
+  for (int i = threadIdx.x; i < kM * kK / 8; i += 128) {  // 16-byte chunks
+    const int r = i / (kK / 8), c = i % (kK / 8);
+    for (int e = 0; e < 8; ++e) {
+      Tile::at(As, r, c)[e] = a[r * kK + 8 * c + e];
+      Tile::at(Bs, r, c)[e] = b[r * kK + 8 * c + e];
+    }
+  }
+  wgmma::fence_async_shared();
+  __syncthreads();
+  const uint32_t a_at = wgmma::shared_address(As), b_at = wgmma::shared_address(Bs);
+  const int warp = threadIdx.x / 32;
+  float d[kM / 8][4];
+  wgmma::fence();
+  for (int kk = 0; kk < kK / 16; ++kk)
+    wgmma::product_ss<S, kM>(d, wgmma::k_major(a_at, kM, 0, kk), wgmma::k_major(b_at, kM, 0, kk),
+                             kk > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(d);
+  for (int nt = 0; nt < kM / 8; ++nt)
+    for (int e = 0; e < 4; ++e)
+      ss[(16 * warp + mma_sdpa::frag_row(e)) * kM + mma_sdpa::frag_col(nt, e)] = d[nt][e];
+
+  // A's first 64 columns as register fragments (mma.m16n8k16's A layout for the warp's rows).
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint32_t af[kM / 16][4];
+  for (int kk = 0; kk < kM / 16; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int row = 16 * warp + g + 8 * (r % 2), col = 16 * kk + 2 * t + 8 * (r / 2);
+      af[kk][r] = mma::pack2<S>(__bfloat162float(a[row * kK + col]),
+                                __bfloat162float(a[row * kK + col + 1]));
+    }
+  float o[kK / 8][4] = {};
+  wgmma::fence_operand(o);
+  wgmma::fence();
+  for (int kk = 0; kk < kM / 16; ++kk)
+    wgmma::product_rs<S, kK>(o, af[kk], wgmma::mn_major(b_at, kM, kk));
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(o);
+  for (int nt = 0; nt < kK / 8; ++nt)
+    for (int e = 0; e < 4; ++e)
+      rs[(16 * warp + mma_sdpa::frag_row(e)) * kK + mma_sdpa::frag_col(nt, e)] = o[nt][e];
+}
+
+}  // namespace
+}  // namespace tgtest::wgmma_probe

@@ -1,0 +1,67 @@
+// wgmma_probe.h's products against sums in double: in test_cuda on a GPU of compute capability
+// 9.0 (skipped elsewhere), and in test_cuda_emulated on the CPU emulator. bfloat16 operands
+// (exact products), float32 sums: each result within 2^-20 of the sum of its terms' magnitudes.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "test_util.h"
+#include "tests/wgmma_probe.h"
+
+namespace {
+
+uint16_t bf16_bits(float x) {  // x has at most 8 significant bits: exact
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+double bf16_value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double") {
+  using namespace tgtest::wgmma_probe;
+  std::mt19937 rng(38);
+  std::uniform_int_distribution<int> pick(-128, 127);
+  std::vector<uint16_t> a(kM * kK), b(kM * kK);
+  for (auto& x : a) x = bf16_bits(static_cast<float>(pick(rng)) / 64.0f);
+  for (auto& x : b) x = bf16_bits(static_cast<float>(pick(rng)) / 64.0f);
+  Result r;
+  if (!run(a, b, r)) {
+    MESSAGE("no device of compute capability 9.0: the warpgroup products are not probed");
+    return;
+  }
+  REQUIRE(r.ss.size() == static_cast<size_t>(kM * kM));
+  REQUIRE(r.rs.size() == static_cast<size_t>(kM * kK));
+  const auto A = [&](int m, int k) { return bf16_value(a[m * kK + k]); };
+  const auto B = [&](int n, int k) { return bf16_value(b[n * kK + k]); };
+  int wrong_ss = 0, wrong_rs = 0;
+  for (int m = 0; m < kM; ++m) {
+    for (int n = 0; n < kM; ++n) {  // A B^T over k < 128
+      double sum = 0, mag = 0;
+      for (int k = 0; k < kK; ++k) {
+        sum += A(m, k) * B(n, k);
+        mag += std::fabs(A(m, k) * B(n, k));
+      }
+      wrong_ss += std::fabs(r.ss[m * kM + n] - sum) > 0x1p-20 * mag + 1e-30;
+    }
+    for (int n = 0; n < kK; ++n) {  // A[:, :64] B, B's rows as k
+      double sum = 0, mag = 0;
+      for (int k = 0; k < kM; ++k) {
+        sum += A(m, k) * B(k, n);
+        mag += std::fabs(A(m, k) * B(k, n));
+      }
+      wrong_rs += std::fabs(r.rs[m * kK + n] - sum) > 0x1p-20 * mag + 1e-30;
+    }
+  }
+  INFO("first element: ss " << r.ss[0] << ", rs " << r.rs[0]);
+  CHECK(wrong_ss == 0);  // S = Q K^T's kind: both operands K-major in shared memory
+  CHECK(wrong_rs == 0);  // O = P V's kind: A from registers, B MN-major (transposed)
+}
