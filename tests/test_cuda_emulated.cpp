@@ -114,6 +114,20 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
   CHECK(message([] {
           emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
         }).find("still in flight at exit") != std::string::npos);
+  // A warp that skips a warpgroup product the other three warps of its group issue.
+  const auto products = [](bool every_warp) -> std::string {
+    try {
+      emu::launch(1, 128, 0, [&] {
+        if (every_warp || emu::thread_idx().x / 32 != 2) emu::note_warpgroup_product();
+      });
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(products(false).find("warpgroup 0 issued different numbers of warpgroup products") !=
+        std::string::npos);
+  CHECK(products(true) == "");
   // Nothing wrong: barriers, exchanges and copies waited for.
   CHECK(message([] {
           emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);

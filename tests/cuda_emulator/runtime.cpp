@@ -42,6 +42,7 @@ struct Fiber {
 
 struct WarpState {
   unsigned arrived = 0, live = 32;
+  uint64_t products = 0;  // warpgroup products issued (note_warpgroup_product)
   uint64_t gen = 0;
   unsigned char slots[2][32][kSlot];
   const char* what[2] = {nullptr, nullptr};  // each bank's collective, set by its first lane
@@ -180,6 +181,14 @@ void run_block(State& s, size_t shared_bytes) {
     s.current = nullptr;
     if (!s.error.empty()) break;
   }
+  for (size_t w = 0; s.error.empty() && w + 3 < s.warps.size(); w += 4) {
+    const uint64_t n = s.warps[w].products;
+    for (size_t k = 1; k < 4; ++k)
+      if (s.warps[w + k].products != n)
+        fault("the warps of warpgroup " + std::to_string(w / 4) +
+              " issued different numbers of warpgroup products: " + std::to_string(n) + " and " +
+              std::to_string(s.warps[w + k].products));
+  }
   if (s.error.empty()) {
     for (const Shared& a : shared_arrays()) {
       for (size_t i = shared_bytes; i < a.bytes; ++i) {
@@ -237,6 +246,11 @@ std::vector<std::string>& launch_names() {
   return v;
 }
 }  // namespace
+void note_warpgroup_product() {
+  State& s = state();
+  if (s.current->tid.x % 32 == 0) ++s.warps[s.current->tid.x / 32].products;
+}
+
 void record_launch(const char* name) { launch_names().emplace_back(name); }
 const std::vector<std::string>& launched() { return launch_names(); }
 void clear_launches() { launch_names().clear(); }

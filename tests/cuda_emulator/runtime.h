@@ -65,6 +65,11 @@ void record_launch(const char* name);
 const std::vector<std::string>& launched();
 void clear_launches();
 
+// A warpgroup product issued by the calling thread's warp (wgmma.h, once a warp). At the end of
+// each block, the four warps of every warpgroup must have issued as many: a warp that skips one
+// its group issues would leave the hardware waiting for it.
+void note_warpgroup_product();
+
 // A shared address (wgmma's descriptors hold them): p's offset in the registered array it lies
 // in, which becomes the array that shared_at() reads; and the `bytes` bytes at such an offset.
 // A pointer outside every array, or bytes past the array, are faults.

@@ -6,7 +6,9 @@
 // of 8 rows of 16 bytes) and the 128-byte swizzle (address bits 4-6 XOR bits 7-9); the other
 // modes and a nonzero base offset are faults. Each warp computes its own 16 rows of the group's
 // 64 (A's rows 16 w .. 16 w + 15 for warp w of its group), exactly in double and rounded once,
-// as mma.h does; the products complete at once, so fence, commit and wait do nothing.
+// as mma.h does; the products complete at once, so fence, commit and wait do nothing. Each
+// product is counted for its warp (note_warpgroup_product): the four warps of a group must
+// issue the same number.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -82,6 +84,7 @@ void multiply(float (&d)[kN / 8][4], bool accumulate, const A& a, const B& b) {
 }
 // The warp's inputs, checked to be the same in every lane (descriptors, the accumulate flag).
 inline const unsigned char* gather(const In& in) {
+  ::tg::cuda_emulator::note_warpgroup_product();
   const unsigned char* all = ::tg::cuda_emulator::warp_exchange("wgmma", &in, sizeof in);
   for (unsigned l = 1; l < 32; ++l) {
     const In& x = *reinterpret_cast<const In*>(all + l * ::tg::cuda_emulator::kSlot);
