@@ -276,5 +276,14 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
       bits.push_back(r.out.to(kFloat64).to_vector<double>());
     }
     CHECK(bits[0] == bits[1]);
+    // The kernel on warpgroup products (128-key tiles: rising scores move the base at every
+    // tile but the first, where the output is still 0).
+    const Wgmma on(true);
+    cuda_emulator::clear_launches();
+    const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
+    INFO((rising ? "rising" : "falling") << " scores, warpgroup products");
+    CHECK(cuda_emulator::launched().front() == "sdpa wgmma forward kernel");
+    check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
+    check_close("stats", cpu.stats, r.stats, 1e-5);
   }
 }

@@ -5,8 +5,10 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -38,6 +40,14 @@ struct Fiber {
   uint64_t exchanges = 0;  // its warp exchanges so far: their parity picks the slot bank
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
+  // Deferred work (defer): its queue, and the accumulators it will write, saved and poisoned.
+  struct Work {
+    float* d;
+    std::function<void()> run;
+  };
+  std::vector<Work> work_open;
+  std::deque<std::vector<Work>> work_groups;
+  std::vector<std::pair<float*, std::vector<float>>> saved;
 };
 
 struct WarpState {
@@ -105,6 +115,8 @@ void finish(Fiber& f) {
   State& s = state();
   f.done = true;
   if (!f.open.empty() || !f.groups.empty()) fault("cp.async copies still in flight at exit");
+  if (!f.work_open.empty() || !f.work_groups.empty())
+    fault("warpgroup products still in flight at exit");
   WarpState& w = s.warps[f.tid.x / 32];
   --w.live;
   if (w.arrived > 0) fault("a lane exited while its warp waits in a collective");
@@ -153,6 +165,9 @@ void run_block(State& s, size_t shared_bytes) {
     f.exchanges = 0;
     f.open.clear();
     f.groups.clear();
+    f.work_open.clear();
+    f.work_groups.clear();
+    f.saved.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStack;
@@ -249,6 +264,40 @@ std::vector<std::string>& launch_names() {
 void note_warpgroup_product() {
   State& s = state();
   if (s.current->tid.x % 32 == 0) ++s.warps[s.current->tid.x / 32].products;
+}
+
+void defer(float* d, size_t count, std::function<void()> work) {
+  Fiber& f = me();
+  bool pending = false;
+  for (const auto& [p, values] : f.saved) pending |= p == d;
+  if (!pending) {  // the values the first queued work on d starts from; d reads NaN meanwhile
+    f.saved.emplace_back(d, std::vector<float>(d, d + count));
+    std::fill(d, d + count, std::numeric_limits<float>::quiet_NaN());
+  }
+  f.work_open.push_back({d, std::move(work)});
+}
+
+void commit_deferred() {
+  Fiber& f = me();
+  f.work_groups.push_back(std::move(f.work_open));
+  f.work_open.clear();
+}
+
+void wait_deferred(int pending) {
+  Fiber& f = me();
+  while (f.work_groups.size() > static_cast<size_t>(pending)) {
+    std::vector<Fiber::Work> group = std::move(f.work_groups.front());
+    f.work_groups.pop_front();
+    for (Fiber::Work& w : group) {
+      for (auto it = f.saved.begin(); it != f.saved.end(); ++it) {
+        if (it->first != w.d) continue;
+        std::copy(it->second.begin(), it->second.end(), w.d);
+        f.saved.erase(it);
+        break;
+      }
+      w.run();
+    }
+  }
 }
 
 void record_launch(const char* name) { launch_names().emplace_back(name); }

@@ -70,6 +70,17 @@ void clear_launches();
 // its group issues would leave the hardware waiting for it.
 void note_warpgroup_product();
 
+// Work the calling thread defers until a wait, as the asynchronous warpgroup products run
+// (wgmma.h): queued by defer, closed into a group by commit_deferred, run by wait_deferred,
+// which runs all but the `pending` newest groups, oldest first. The `count` floats at d that
+// the work writes (its accumulators) read NaN from the first deferral that names them until
+// the wait that runs it, which starts it from their values at that deferral: a kernel that
+// reads them early, or writes them before the wait, gets a wrong result. Work still queued
+// when a thread exits is a fault.
+void defer(float* d, size_t count, std::function<void()> work);
+void commit_deferred();
+void wait_deferred(int pending);
+
 // A shared address (wgmma's descriptors hold them): p's offset in the registered array it lies
 // in, which becomes the array that shared_at() reads; and the `bytes` bytes at such an offset.
 // A pointer outside every array, or bytes past the array, are faults.

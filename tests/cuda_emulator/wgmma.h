@@ -6,9 +6,11 @@
 // of 8 rows of 16 bytes) and the 128-byte swizzle (address bits 4-6 XOR bits 7-9); the other
 // modes and a nonzero base offset are faults. Each warp computes its own 16 rows of the group's
 // 64 (A's rows 16 w .. 16 w + 15 for warp w of its group), exactly in double and rounded once,
-// as mma.h does; the products complete at once, so fence, commit and wait do nothing. Each
-// product is counted for its warp (note_warpgroup_product): the four warps of a group must
-// issue the same number.
+// as mma.h does. They run asynchronously, as on the hardware: queued at issue, run at the
+// wait_group that completes them, their accumulators NaN in between (runtime.h's defer), so a
+// kernel that touches them, or changes the shared memory or registers they read, before that
+// wait gets a wrong result. Each product is counted for its warp (note_warpgroup_product): the
+// four warps of a group must issue the same number.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -84,7 +86,6 @@ void multiply(float (&d)[kN / 8][4], bool accumulate, const A& a, const B& b) {
 }
 // The warp's inputs, checked to be the same in every lane (descriptors, the accumulate flag).
 inline const unsigned char* gather(const In& in) {
-  ::tg::cuda_emulator::note_warpgroup_product();
   const unsigned char* all = ::tg::cuda_emulator::warp_exchange("wgmma", &in, sizeof in);
   for (unsigned l = 1; l < 32; ++l) {
     const In& x = *reinterpret_cast<const In*>(all + l * ::tg::cuda_emulator::kSlot);
@@ -97,38 +98,52 @@ inline const unsigned char* gather(const In& in) {
 }  // namespace emulated
 
 inline void fence() {}
-inline void commit() {}
+inline void commit() { ::tg::cuda_emulator::commit_deferred(); }
 template <int kPending>
-void wait() {}
+void wait() {
+  ::tg::cuda_emulator::wait_deferred(kPending);
+}
 inline void fence_async_shared() {}
 template <int kTiles>
 void fence_operand(float (&)[kTiles][4]) {}
 inline uint32_t shared_address(const void* p) { return ::tg::cuda_emulator::shared_offset(p); }
 
+// Each product runs at the wait that completes it (runtime.h's defer): shared memory and A's
+// registers are read then, and d reads NaN until then.
 template <class S, int kN>
 void product_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   using namespace emulated;
-  const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
-  const Descriptor da = decode(in.da), db = decode(in.db);
-  multiply<kN>(
-      d, accumulate, [&](unsigned r, unsigned k) { return value_at<S>(k_major_at(da, r, k)); },
-      [&](unsigned k, unsigned n) { return value_at<S>(k_major_at(db, n, k)); });
+  ::tg::cuda_emulator::note_warpgroup_product();
+  float(*dp)[4] = d;
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, a, b, accumulate] {
+    const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
+    const Descriptor da = decode(in.da), db = decode(in.db);
+    multiply<kN>(
+        *reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate,
+        [&](unsigned r, unsigned k) { return value_at<S>(k_major_at(da, r, k)); },
+        [&](unsigned k, unsigned n) { return value_at<S>(k_major_at(db, n, k)); });
+  });
 }
 
 template <class S, int kN>
 void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
   using namespace emulated;
-  const unsigned char* all = gather(In{{a[0], a[1], a[2], a[3]}, 0, b, 1});
-  const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
-  // A's registers: mma.m16n8k16's layout for the warp's 16 rows (mma.h's mma_16816).
-  const auto A = [&](unsigned r, unsigned c) {
-    const In& x = *reinterpret_cast<const In*>(all + ((r % 8) * 4 + (c % 8) / 2) *
-                                                         ::tg::cuda_emulator::kSlot);
-    return mma::emulated::widen<S>(mma::emulated::half_of(
-        x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
-  };
-  multiply<kN>(d, true, A,
-               [&](unsigned k, unsigned n) { return value_at<S>(mn_major_at(db, k, n)); });
+  ::tg::cuda_emulator::note_warpgroup_product();
+  float(*dp)[4] = d;
+  const uint32_t* ap = a;
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b] {
+    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, 1});
+    const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
+    // A's registers: mma.m16n8k16's layout for the warp's 16 rows (mma.h's mma_16816).
+    const auto A = [&](unsigned r, unsigned c) {
+      const In& x = *reinterpret_cast<const In*>(all + ((r % 8) * 4 + (c % 8) / 2) *
+                                                           ::tg::cuda_emulator::kSlot);
+      return mma::emulated::widen<S>(mma::emulated::half_of(
+          x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
+    };
+    multiply<kN>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), true, A,
+                 [&](unsigned k, unsigned n) { return value_at<S>(mn_major_at(db, k, n)); });
+  });
 }
 
 }  // namespace tg::cuda::wgmma
