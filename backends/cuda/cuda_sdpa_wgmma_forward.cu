@@ -24,92 +24,124 @@ namespace tg::cuda::mma_sdpa {
 namespace {
 
 using wg::kBlockRows;
-constexpr int kWgKeys = 128;  // keys a tile
+constexpr int kWgKeys = 128;  // keys a tile (a thread holds O, S and P: 160 values at D 128)
 
-// Shared memory of the kernel at head width kD: Q, two buffers of K and V, and room to start the
-// tiles on a 1024-byte boundary.
+// Shared memory of the kernel at head width kD: Q, two buffers of K and two of V, and room to
+// start the tiles on a 1024-byte boundary.
 template <class S, int kD>
 constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys) * kD * sizeof(S);
 
+// The loop overlaps each group's softmax with its products (FlashAttention-3's intra-warpgroup
+// pipelining): while the tensor cores multiply P(j) V(j), the group computes the softmax of
+// S(j + 1), issued with it. Per tile j, with S(j) in registers:
+//   1. the softmax of S(j), in place;
+//   2. wait for P(j - 1) V(j - 1); P(j) into its registers; rescale O;
+//   3. the copies of K(j + 1) and V(j) done, block barrier; start copying K(j + 2) into K(j)'s
+//      buffer and V(j + 1) into V(j - 1)'s (every group is done with both);
+//   4. issue S(j + 1) = Q K(j + 1)^T, then O += P(j) V(j); wait for S(j + 1) alone.
 template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWgKeys;
-  constexpr uint32_t kKvBytes = kN * kD * sizeof(S);  // one K or V buffer
+  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one K or V buffer
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* Ks = Qs + kBlockRows * kD;  // two buffers of kN rows
-  S* Vs = Ks + 2 * kN * kD;
+  S* Vs = Ks + 2 * kN * kD;      // two buffers
   const int group = wg::group(), warp = wg::warp_in_group();
   const QueryBlock qb = query_block(a, kBlockRows);
   const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
   const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;  // past a ragged sequence's rows (the whole block)
-  load_rows<S, kD, kBlockRows, wg::kThreads, Swizzled<S, kBlockRows>>(
-      Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
   const int64_t row_g = i0 + wg::kGroupRows * group;  // this group's first row
   const int64_t row_w = row_g + 16 * warp;            // this warp's
-  // The group's range decides which tiles it skips: its four warps multiply together.
+  // Every group multiplies every tile of the block (a tile a group's rows do not see gives P 0:
+  // skipping it would branch around the products, which ptxas then serializes).
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
   const int64_t hi = keys.hi;
   const int n_tiles = keys.n;
-  const auto load_kv = [&](int it, int buf) {
-    load_kv_tile<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
-        a, qb, Ks + buf * kN * kD, Vs + buf * kN * kD, keys.first_key(it), a.kv_rows, vec);
+  const int64_t kv_end = sq.kv0 + sq.rows_kv;
+  const auto load = [&](const S* rows, const int64_t* st, int64_t width, bool v_ok, S* dst,
+                        int it) {
+    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(dst, rows, st, sq.kv0 + keys.first_key(it),
+                                                        kv_end, width, a.kv_rows, v_ok);
   };
-  if (n_tiles > 0) load_kv(0, 0);
+  const S* k_rows = slice(a.k, a.ks, b, qb.hk);
+  const S* v_rows = slice(a.v, a.vs, b, qb.hk);
+  const auto load_k = [&](int it) {
+    load(k_rows, a.ks, a.Dqk, vec.k, Ks + (it & 1) * kN * kD, it);
+  };
+  const auto load_v = [&](int it) { load(v_rows, a.vs, a.Dv, vec.v, Vs + (it & 1) * kN * kD, it); };
+  load_rows<S, kD, kBlockRows, wg::kThreads, Swizzled<S, kBlockRows>>(
+      Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
+  if (n_tiles > 0) {
+    load_k(0);
+    load_v(0);
+  }
+  if (n_tiles > 1) load_k(1);
   mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  __syncthreads();
   const uint32_t q_at = wgmma::shared_address(Qs), k_at = wgmma::shared_address(Ks),
                  v_at = wgmma::shared_address(Vs);
+  float s[kN / 8][4];
+  const auto issue_s = [&](int it) {  // S(it) = Q K(it)^T
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
+                               wgmma::k_major(k_at + (it & 1) * kTileBytes, kN, 0, kk), kk > 0);
+    wgmma::commit();
+  };
+  if (n_tiles > 0) {
+    wgmma::fence();
+    issue_s(0);
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+  }
 
   // Raw products; maxima and statistics in log2 units, as forward_kernel keeps them.
   const float scale_log2 = a.scale * kLog2e;
   float o[kD / 8][4] = {};
   float mr[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  for (int it = 0; it < n_tiles; ++it) {
-    const int buf = it & 1;
-    const int64_t j0 = keys.first_key(it);
-    wg::next_tile(it, n_tiles, load_kv);
-    if (keys.warp_skips(j0)) {  // no row of the group sees a key of the tile
-      __syncthreads();
-      continue;
-    }
-    float s[kN / 8][4];
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(k_at + buf * kKvBytes, kN, 0, kk), kk > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(s);
-
-    if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, kNegInf);
-    float alpha[2], base[2];
+  AFragments<S, kN> p;
+  // Tile `it`, with S(it) in s.
+  const auto step = [&](int it) {
+    float alpha[2];
     bool moved = false;
+    {  // 1. the softmax of S(it)
+      const int64_t j0 = keys.first_key(it);
+      if (!interior(a, sq, row_w, 16, hi, j0, kN))
+        hide_unseen<kN>(a, sq, row_w, hi, j0, s, kNegInf);
+      float base[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = kNegInf;
+      for (int r = 0; r < 2; ++r) {
+        float mx = kNegInf;
 #pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      const float m_tile = quad_max(mx * scale_log2);
-      const bool up = m_tile > mr[r] + kRescaleLog2;  // as forward_kernel: FlashAttention-4's rule
-      alpha[r] = up ? mma::exp2_ftz(mr[r] - m_tile) : 1.0f;
-      if (up) mr[r] = m_tile;
-      moved |= up;
-      base[r] = mr[r] == kNegInf ? 0.0f : mr[r];
-      l[r] *= alpha[r];
-    }
-    AFragments<S, kN> pf;
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
-        l[e / 2] += s[nt][e];
+        for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        const float m_tile = quad_max(mx * scale_log2);
+        const bool up = m_tile > mr[r] + kRescaleLog2;  // as forward_kernel: FlashAttention-4's
+        alpha[r] = up ? mma::exp2_ftz(mr[r] - m_tile) : 1.0f;
+        if (up) mr[r] = m_tile;
+        moved |= up;
+        base[r] = mr[r] == kNegInf ? 0.0f : mr[r];
+        l[r] *= alpha[r];
       }
-      to_a_fragment<S, kN>(pf, nt, s[nt]);
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
+          l[e / 2] += s[nt][e];
+        }
+      }
     }
+    // 2. P(it - 1) V(it - 1) done (nothing pending at the first tile): its registers take
+    // P(it) (written while it ran, they made ptxas serialize every product).
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(p, nt, s[nt]);
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
@@ -117,17 +149,31 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
         for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[e / 2];
       }
     }
+    // 3. K(it + 1) and V(it) in shared memory for every group; every group done with K(it) and
+    // V(it - 1), whose buffers take K(it + 2) and V(it + 1).
+    mma::cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    __syncthreads();
+    if (it + 2 < n_tiles) load_k(it + 2);
+    if (it + 1 < n_tiles) load_v(it + 1);
+    mma::cp_async_commit();
+    // 4. S(it + 1), then P(it) V(it); S(it + 1) waited for. The last tile multiplies its own
+    // K again, unused: products under a branch made ptxas serialize every product.
     wgmma::fence_operand(o);
+    wgmma::fence();
+    issue_s(it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(o, pf[kk], wgmma::mn_major(v_at + buf * kKvBytes, kN, kk));
+      wgmma::product_rs<S, kD>(o, p[kk], wgmma::mn_major(v_at + (it & 1) * kTileBytes, kN, kk));
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(o);
-    __syncthreads();  // every group is done with this buffer before it is refilled
-  }
-  mma::cp_async_wait<0>();  // nothing left in flight when no key tile was visited
+    wgmma::wait<1>();
+    wgmma::fence_operand(s);
+  };
+  for (int it = 0; it < n_tiles; ++it) step(it);
+  wgmma::wait<0>();
+  wgmma::fence_operand(o);
+  mma::cp_async_wait<0>();  // the last, empty group of copies
 
   float inv[2];
 #pragma unroll
