@@ -24,14 +24,24 @@ namespace {
 using wg::kBlockRows;
 constexpr int kWalk64 = 64;  // rows of a walked tile: keys (dQ pass) or query rows (dK/dV pass)
 
-// Shared memory of the two passes at head width kD: the block's own rows (Q and dO, or K and
-// V), two buffers of the walked rows (K and V, or Q and dO), the dK/dV pass's statistics, and
-// room to start the tiles on a 1024-byte boundary.
+// Shared memory of the two passes at head width kD, with room to start the tiles on a
+// 1024-byte boundary: the dQ pass's Q and dO, three buffers of K and two of V; the dK/dV
+// pass's K and V, two buffers of Q and dO and their statistics.
 template <class S, int kD>
-constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 4 * kWalk64) * kD * sizeof(S);
+constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 5 * kWalk64) * kD * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_wg_dkv = smem_wg_dq<S, kD> + 4 * kWalk64 * sizeof(float);
+constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 4 * kWalk64) * kD * sizeof(S) +
+                               4 * kWalk64 * sizeof(float);
 
+// The dQ pass, pipelined as the forward (cuda_sdpa_wgmma_forward.cu): dS of tile j is computed
+// while dQ += dS(j - 1) K(j - 1) runs, and the products of tile j + 1 are issued with dS(j) K(j).
+// K(j) serves two steps' products (S(j), then dS(j) K(j)), so it has three buffers. Per tile j,
+// with S(j) and dP(j) in registers:
+//   1. dS(j) in place;
+//   2. wait for dQ += dS(j - 1) K(j - 1); dS(j) into its registers;
+//   3. the copies of K(j + 1) and V(j + 1) done, block barrier; start copying K(j + 2) into
+//      K(j - 1)'s buffer and V(j + 2) into V(j)'s;
+//   4. issue S(j + 1) and dP(j + 1), then dQ += dS(j) K(j); wait for the first two.
 template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
@@ -40,14 +50,14 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* dOs = Qs + kBlockRows * kD;
-  S* Ks = dOs + kBlockRows * kD;  // two buffers of kN rows
-  S* Vs = Ks + 2 * kN * kD;
+  S* Ks = dOs + kBlockRows * kD;  // three buffers of kN rows
+  S* Vs = Ks + 3 * kN * kD;       // two buffers
   const int group = wg::group(), warp = wg::warp_in_group();
   const QueryBlock qb = query_block(a, kBlockRows);
   const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
   const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;
-  const int64_t q_end = sq.q0 + sq.rows_q;
+  const int64_t q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
   const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's rows
   using Rows = Swizzled<S, kBlockRows>;
   load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
@@ -55,17 +65,47 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(dOs, slice(a.dout, a.dos, b, h), a.dos,
                                                    sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
   const int64_t row_g = i0 + wg::kGroupRows * group, row_w = row_g + 16 * warp;
+  // Every group multiplies every tile (dS is 0 where its rows see no key), as the forward.
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
   const int64_t hi = keys.hi;
   const int n_tiles = keys.n;
-  const auto load_kv = [&](int it, int buf) {
-    load_kv_tile<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
-        a, qb, Ks + buf * kN * kD, Vs + buf * kN * kD, keys.first_key(it), nullptr, vec);
+  const S* k_rows = slice(a.k, a.ks, b, qb.hk);
+  const S* v_rows = slice(a.v, a.vs, b, qb.hk);
+  const auto k_buffer = [](int it) { return static_cast<uint32_t>(it % 3) * kTileBytes; };
+  const auto v_buffer = [](int it) { return static_cast<uint32_t>(it & 1) * kTileBytes; };
+  const auto load_kv = [&](int it) {
+    const int64_t first = sq.kv0 + keys.first_key(it);
+    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(Ks + (it % 3) * kN * kD, k_rows, a.ks,
+                                                        first, kv_end, a.Dqk, nullptr, vec.k);
+    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(Vs + (it & 1) * kN * kD, v_rows, a.vs,
+                                                        first, kv_end, a.Dv, nullptr, vec.v);
   };
-  if (n_tiles > 0) load_kv(0, 0);
+  for (int it = 0; it < 2 && it < n_tiles; ++it) load_kv(it);
   mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  __syncthreads();
   const uint32_t q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs),
                  k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+  float s[kN / 8][4], dp[kN / 8][4];
+  const auto issue_sdp = [&](int it) {  // S(it) = Q K(it)^T, dP(it) = dO V(it)^T
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
+                               wgmma::k_major(k_at + k_buffer(it), kN, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::product_ss<S, kN>(dp, wgmma::k_major(do_at, kBlockRows, wg::kGroupRows * group, kk),
+                               wgmma::k_major(v_at + v_buffer(it), kN, 0, kk), kk > 0);
+    wgmma::commit();
+  };
+  if (n_tiles > 0) {
+    wgmma::fence();
+    issue_sdp(0);
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
+  }
 
   float dl[2], lse_log2[2];
 #pragma unroll
@@ -76,29 +116,11 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   }
   const float scale_log2 = a.scale * kLog2e;
   float dq[kD / 8][4] = {};
+  AFragments<S, kN> df;
+  wgmma::fence_operand(dq);  // its zeros set here: set later, they made ptxas serialize
   for (int it = 0; it < n_tiles; ++it) {
-    const int buf = it & 1;
+    // 1. dS = P (dP - D), as backward_dq_kernel's plain path; 0 for the keys a row does not see.
     const int64_t j0 = keys.first_key(it);
-    wg::next_tile(it, n_tiles, load_kv);
-    if (keys.warp_skips(j0)) {  // no row of the group sees a key of the tile
-      __syncthreads();
-      continue;
-    }
-    float s[kN / 8][4], dp[kN / 8][4];
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(k_at + buf * kTileBytes, kN, 0, kk), kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(dp, wgmma::k_major(do_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(v_at + buf * kTileBytes, kN, 0, kk), kk > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(s);
-    wgmma::fence_operand(dp);
-    // dS = P (dP - D), as backward_dq_kernel's plain path; 0 for the keys a row does not see.
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -108,20 +130,34 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       }
     }
     if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, 0.0f);
-    AFragments<S, kN> df;
+    // 2.
+    wgmma::wait<0>();
+    wgmma::fence_operand(dq);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
+    // 3.
+    mma::cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    __syncthreads();
+    if (it + 2 < n_tiles) load_kv(it + 2);
+    mma::cp_async_commit();
+    // 4. (The last tile multiplies its own K and V again, unused: products under a branch made
+    // ptxas serialize every product.)
     wgmma::fence_operand(dq);
+    wgmma::fence();
+    issue_sdp(it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + buf * kTileBytes, kN, kk));
+      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + k_buffer(it), kN, kk));
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(dq);
-    __syncthreads();  // every group is done with this buffer before it is refilled
+    wgmma::wait<1>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
   }
-  mma::cp_async_wait<0>();
+  wgmma::wait<0>();
+  wgmma::fence_operand(dq);
+  mma::cp_async_wait<0>();  // the last, empty group of copies
   const float scale[2] = {a.scale, a.scale};
   store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
 }

@@ -104,6 +104,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   const float scale_log2 = a.scale * kLog2e;
   float o[kD / 8][4] = {};
   float mr[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  wgmma::fence_operand(o);  // its zeros set here, as the dQ pass's
   AFragments<S, kN> p;
   // Tile `it`, with S(it) in s.
   const auto step = [&](int it) {
