@@ -26,12 +26,12 @@ constexpr int kWalk64 = 64;  // rows of a walked tile: keys (dQ pass) or query r
 
 // Shared memory of the two passes at head width kD, with room to start the tiles on a
 // 1024-byte boundary: the dQ pass's Q and dO, three buffers of K and two of V; the dK/dV
-// pass's K and V, two buffers of Q and dO and their statistics.
+// pass's K and V, three buffers of Q, dO and their statistics.
 template <class S, int kD>
 constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 5 * kWalk64) * kD * sizeof(S);
 template <class S, int kD>
-constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 4 * kWalk64) * kD * sizeof(S) +
-                               4 * kWalk64 * sizeof(float);
+constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 6 * kWalk64) * kD * sizeof(S) +
+                               6 * kWalk64 * sizeof(float);
 
 // The dQ pass, pipelined as the forward (cuda_sdpa_wgmma_forward.cu): dS of tile j is computed
 // while dQ += dS(j - 1) K(j - 1) runs, and the products of tile j + 1 are issued with dS(j) K(j).
@@ -162,6 +162,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
 }
 
+// The dK/dV pass, pipelined as the dQ pass: P^T and dS^T of tile j are computed while
+// dV += P^T(j - 1) dO(j - 1) and dK += dS^T(j - 1) Q(j - 1) run, and the products of tile j + 1
+// are issued with those of tile j. Q and dO serve two steps' products each: three buffers.
 template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_dkv_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
@@ -170,10 +173,10 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* Vs = Ks + kKeys * kD;
-  S* Qs = Vs + kKeys * kD;  // two buffers of kN rows
-  S* dOs = Qs + 2 * kN * kD;
-  float* lse_s = reinterpret_cast<float*>(dOs + 2 * kN * kD);  // two buffers (log2 units)
-  float* dl_s = lse_s + 2 * kN;
+  S* Qs = Vs + kKeys * kD;  // three buffers of kN rows
+  S* dOs = Qs + 3 * kN * kD;
+  float* lse_s = reinterpret_cast<float*>(dOs + 3 * kN * kD);  // three buffers (log2 units)
+  float* dl_s = lse_s + 3 * kN;
   const int group = wg::group(), warp = wg::warp_in_group();
   const int64_t tiles = (a.Skv + kKeys - 1) / kKeys, blk = blockIdx.x;
   const int64_t j0 = (blk % tiles) * kKeys, hk = (blk / tiles) % a.Hk, b = blk / (tiles * a.Hk);
@@ -185,16 +188,12 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
                                               kv_end, a.Dqk, nullptr, vec.k);
   load_rows<S, kD, kKeys, wg::kThreads, Rows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0,
                                               kv_end, a.Dv, nullptr, vec.v);
-  // Query rows that can see some key of the block, and of the group's 64 (the tiles it walks).
-  const auto seeing = [&](int64_t first, int64_t count) {
-    const int64_t last = min(first + count, sq.rows_kv) - 1;
-    return first < sq.rows_kv ? sdpa_query_range(a.causal, a.window, sq.shift, first, last,
-                                                 first < sq.len_kv ? sq.len_q : 0)
-                              : IndexRange{0, 0};
-  };
-  const IndexRange rows = seeing(j0, kKeys);
-  const int64_t key_g = j0 + wg::kGroupRows * group, key_w = key_g + 16 * warp;
-  const IndexRange group_rows = seeing(key_g, wg::kGroupRows);
+  // Query rows that can see some key of the block. Every group multiplies every tile (P and dS
+  // are 0 where its keys are not seen), as the dQ pass.
+  const int64_t j_last = min(j0 + kKeys, sq.rows_kv) - 1;
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
+  const int64_t key_w = j0 + wg::kGroupRows * group + 16 * warp;  // this warp's first key
   const int64_t i_lo = rows.lo, i_hi = rows.hi;
   const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
   const int64_t n_tiles = G * per_head;
@@ -219,26 +218,22 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
     }
   };
-  QueryTile cur{hk * G, i_lo};
-  if (n_tiles > 0) load_q(cur, 0);
+  // Tile `it` is in buffer `buf` (it % 3, kept as a counter); `ahead`, tile it + 2, is copied
+  // into buffer (it + 2) % 3 during step it.
+  QueryTile ahead{hk * G, i_lo};
+  int64_t i0 = i_lo;  // tile it's first row (its head is not needed)
+  for (int t = 0; t < 2 && t < n_tiles; ++t) {
+    load_q(ahead, t);
+    ahead = after(ahead);
+  }
   mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  __syncthreads();
   const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs),
                  q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs);
-
-  const float scale_log2 = a.scale * kLog2e;
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
-  for (int64_t it = 0; it < n_tiles; ++it) {
-    const int buf = static_cast<int>(it & 1);
-    const int64_t i0 = cur.i0;
-    const QueryTile next = after(cur);
-    wg::next_tile(it, n_tiles, [&](int64_t, int next_buf) { load_q(next, next_buf); });
-    cur = next;
-    if (i0 >= group_rows.hi || i0 + kN <= group_rows.lo) {  // none of the group's keys seen
-      __syncthreads();
-      continue;
-    }
-    float st[kN / 8][4], dpt[kN / 8][4];  // S^T and dP^T: keys x queries
-    wgmma::fence();
+  float st[kN / 8][4], dpt[kN / 8][4];   // S^T and dP^T: keys x queries
+  const auto issue_sdp = [&](int buf) {  // S^T = K Q^T, dP^T = V dO^T of the tile in buf
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
       wgmma::product_ss<S, kN>(st, wgmma::k_major(k_at, kKeys, wg::kGroupRows * group, kk),
@@ -248,10 +243,24 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       wgmma::product_ss<S, kN>(dpt, wgmma::k_major(v_at, kKeys, wg::kGroupRows * group, kk),
                                wgmma::k_major(do_at + buf * kTileBytes, kN, 0, kk), kk > 0);
     wgmma::commit();
+  };
+  if (n_tiles > 0) {
+    wgmma::fence();
+    issue_sdp(0);
     wgmma::wait<0>();
     wgmma::fence_operand(st);
     wgmma::fence_operand(dpt);
-    // As backward_dkv_kernel's plain path: P^T, dS^T; 0 for the queries that do not see a key.
+  }
+
+  const float scale_log2 = a.scale * kLog2e;
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  wgmma::fence_operand(dk);  // their zeros set here, as the dQ pass's
+  wgmma::fence_operand(dv);
+  AFragments<S, kN> pf, df;
+  int buf = 0;
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    // 1. P^T and dS^T in place, as backward_dkv_kernel's plain path; 0 for the queries that do
+    // not see a key.
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
       const int q = frag_col(nt, 0);  // elements 0, 2: query q; 1, 3: q + 1
@@ -272,27 +281,48 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       hide_outside<kN>(seen, st, 0.0f);
       hide_outside<kN>(seen, dpt, 0.0f);
     }
-    AFragments<S, kN> pf, df;
+    // 2. the previous tile's products done: their registers take this tile's P^T and dS^T.
+    wgmma::wait<0>();
+    wgmma::fence_operand(dv);
+    wgmma::fence_operand(dk);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
       to_a_fragment<S, kN>(pf, nt, st[nt]);
       to_a_fragment<S, kN>(df, nt, dpt[nt]);
     }
+    // 3. tile it + 1 copied; every group done with tile it - 1, whose buffer takes tile it + 2.
+    mma::cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    __syncthreads();
+    const int next_buf = buf == 2 ? 0 : buf + 1, ahead_buf = next_buf == 2 ? 0 : next_buf + 1;
+    if (it + 2 < n_tiles) {
+      load_q(ahead, ahead_buf);
+      ahead = after(ahead);
+    }
+    mma::cp_async_commit();
+    // 4. the products of tile it + 1 (of tile it again at the last: no product under a branch),
+    // then dV += P^T dO and dK += dS^T Q (scaled at the end); wait for the first.
     wgmma::fence_operand(dv);
     wgmma::fence_operand(dk);
     wgmma::fence();
+    issue_sdp(it + 1 < n_tiles ? next_buf : buf);
+    wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {  // dV += P^T dO, dK += dS^T Q (scaled at the end)
+    for (int kk = 0; kk < kN / 16; ++kk) {
       wgmma::product_rs<S, kD>(dv, pf[kk], wgmma::mn_major(do_at + buf * kTileBytes, kN, kk));
       wgmma::product_rs<S, kD>(dk, df[kk], wgmma::mn_major(q_at + buf * kTileBytes, kN, kk));
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operand(dv);
-    wgmma::fence_operand(dk);
-    __syncthreads();  // every group is done with this buffer before it is refilled
+    wgmma::wait<1>();
+    wgmma::fence_operand(st);
+    wgmma::fence_operand(dpt);
+    i0 = i0 + kN < i_end ? i0 + kN : i_lo;
+    buf = next_buf;
   }
-  mma::cp_async_wait<0>();
+  wgmma::wait<0>();
+  wgmma::fence_operand(dv);
+  wgmma::fence_operand(dk);
+  mma::cp_async_wait<0>();  // the last, empty group of copies
   const float one[2] = {1.0f, 1.0f}, scale[2] = {a.scale, a.scale};
   store_rows<S, kD>(a.dk, a.dks, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dqk, dk, scale);
   store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
