@@ -94,18 +94,28 @@ __device__ __forceinline__ S round_to(float x) {
 
 // Shared tiles of rows: Pitched, rows of kPitch<S, kD> values (mma.sync's ldmatrix reads);
 // Swizzled, wgmma's 128-byte swizzle mode for a tile of kTileRows rows (wgmma_layout.h). at(t,
-// r, c): where 16-byte chunk c of row r lies.
+// r, c): where 16-byte chunk c of row r lies; kRowValues: how far the same chunk lies a row
+// down, in values (for Swizzled, the same within a panel, 8 rows down: row % 8 picks the
+// swizzle); element(t, r, d): value d of row r.
 template <class S, int kD>
 struct Pitched {
+  static constexpr int kRowValues = kPitch<S, kD>;
   static __device__ __forceinline__ S* at(S* tile, int r, int c) {
     return tile + r * kPitch<S, kD> + c * kPerCopy<S>;
+  }
+  static __device__ __forceinline__ S* element(S* tile, int r, int d) {
+    return tile + r * kPitch<S, kD> + d;
   }
 };
 template <class S, int kTileRows>
 struct Swizzled {
+  static constexpr int kRowValues = wgmma::kRowBytes / static_cast<int>(sizeof(S));
   static __device__ __forceinline__ S* at(S* tile, int r, int c) {
     return reinterpret_cast<S*>(reinterpret_cast<unsigned char*>(tile) +
                                 wgmma::chunk_offset(r, c, kTileRows));
+  }
+  static __device__ __forceinline__ S* element(S* tile, int r, int d) {
+    return at(tile, r, d / kPerCopy<S>) + d % kPerCopy<S>;
   }
 };
 
@@ -125,8 +135,11 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     constexpr int kChunks = kD / kC, kStride = kThreads / kChunks;
     static_assert(kThreads % kChunks == 0 && kN % kStride == 0);
     const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+    // A thread's rows are kStride apart: for Swizzled, a multiple of 8 (the same swizzle).
+    static_assert(kStride % 8 == 0 || Tile::kRowValues == kPitch<S, kD>);
     const bool col = c * kC < width;
     const S* src_col = base + c * kC;
+    S* dst_col = Tile::at(dst, r0, c);
     const auto copy = [&](auto indexed) {
 #pragma unroll
       for (int k = 0; k < kN / kStride; ++k) {
@@ -134,7 +147,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
         const bool valid = col && row < row_end;
         int64_t src_row = row;
         if constexpr (decltype(indexed)::value) src_row = valid ? at[row] : 0;
-        mma::cp_async_16(Tile::at(dst, r0 + k * kStride, c),
+        mma::cp_async_16(dst_col + k * kStride * Tile::kRowValues,
                          valid ? src_col + src_row * st[2] : base, valid);
       }
     };
@@ -148,7 +161,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
       const int64_t row = row0 + r;
       S x = round_to<S>(0.0f);
       if (row < row_end && d < width) x = base[(at ? at[row] : row) * st[2] + d * st[3]];
-      Tile::at(dst, r, d / kC)[d % kC] = x;
+      *Tile::element(dst, r, d) = x;
     }
   }
 }
