@@ -8,10 +8,10 @@
 //   (both operands from shared memory), then dQ += dS K (dS from registers, K transposed by the
 //   hardware).
 // - dK/dV pass: a group takes 64 keys; per walked tile of 64 query rows, S^T = K Q^T and
-//   dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q from registers. A group skips the tiles
-//   whose rows see none of its keys.
-// Tiles in the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async, the next walked tile
-// while this one is multiplied. Not yet run on a GPU: cuda_sdpa_wgmma() turns it off.
+//   dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q from registers.
+// Tiles in the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async; both loops pipelined
+// as the forward's (each kernel says how). Not yet run on a GPU: cuda_sdpa_wgmma() turns them
+// off.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>

@@ -12,8 +12,8 @@
 // FlashAttention-3; V from shared memory, transposed by the hardware). mma.sync's products read
 // every K and V fragment once per warp through ldmatrix; a warpgroup product reads them once for
 // four warps, without the registers. Q, K and V tiles are stored in the 128-byte swizzle mode
-// (wgmma_layout.h), copied by cp.async as before; the next K/V tile is copied while this one is
-// multiplied. Not yet measured on a GPU: cuda_sdpa_wgmma() turns it off.
+// (wgmma_layout.h), copied by cp.async as before, and the loop is pipelined (below). Not yet
+// run on a GPU: cuda_sdpa_wgmma() turns it off.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
