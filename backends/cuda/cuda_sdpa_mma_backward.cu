@@ -283,38 +283,19 @@ __global__ void __launch_bounds__(32 * kW, kDkvBlocks<kD, kW, kPlainOnly>)
   if constexpr (kWantK)  // V is read only for dP, which only dK needs
     load_rows<S, kD, kKeys, kThreads>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0, kv_end, a.Dv,
                                       nullptr, vec.v);
-  // Query rows that can see some key of [j0, j_last].
-  const int64_t j_last = min(j0 + kKeys, sq.rows_kv) - 1;
-  const IndexRange rows =
-      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
-  const int64_t i_lo = rows.lo, i_hi = rows.hi;
-  const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
-  const int64_t n_tiles = G * per_head;
-  // The walk: the query tiles of head hk G in order, then of hk G + 1, ...; each tile's
-  // successor by an addition (dividing the tile's index by per_head took a 64-bit division
-  // routine twice per tile).
-  struct QueryTile {
-    int64_t h, i0;  // head, first row
-  };
-  const int64_t i_end = i_lo + per_head * kN;
-  const auto after = [&](QueryTile t) {
-    return t.i0 + kN < i_end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, i_lo};
-  };
+  // The query tiles that can see some key of the block.
+  const QueryWalk<kN> walk = query_walk<kN>(a, sq, j0, kKeys, G);
+  const int64_t i_hi = walk.hi, n_tiles = walk.n;
   const auto load_q = [&](QueryTile t, int buf) {
     const int64_t h = t.h, i0 = t.i0;
     load_rows<S, kD, kN, kThreads>(Qs + buf * kN * kP, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
                                    q_end, a.Dqk, nullptr, vec.q);
     load_rows<S, kD, kN, kThreads>(dOs + buf * kN * kP, slice(a.dout, a.dos, b, h), a.dos,
                                    sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
-    const int64_t row_base = (b * a.Hq + h) * a.Sq;
     static_assert(kN <= kThreads);
-    if (const int r = threadIdx.x; r < kN) {  // one row each
-      const bool in = i0 + r < sq.rows_q;
-      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;  // log2 units
-      dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
-    }
+    load_row_stats<kN>(a, sq, b, t, lse_s + buf * kN, dl_s + buf * kN);
   };
-  QueryTile cur{hk * G, i_lo};
+  QueryTile cur{hk * G, walk.lo};
   if (n_tiles > 0) load_q(cur, 0);
   mma::cp_async_commit();
 
@@ -325,7 +306,7 @@ __global__ void __launch_bounds__(32 * kW, kDkvBlocks<kD, kW, kPlainOnly>)
   for (int64_t it = 0; it < n_tiles; ++it) {
     const int buf = static_cast<int>(it & 1);
     const int64_t h = cur.h, i0 = cur.i0;
-    const QueryTile next = after(cur);
+    const QueryTile next = walk.after(cur);
     const float slope = a.slope_of(h);
     next_tile(it, n_tiles, [&](int64_t, int next_buf) { load_q(next, next_buf); });
     const S* Qb = Qs + buf * kN * kP;
@@ -338,27 +319,8 @@ __global__ void __launch_bounds__(32 * kW, kDkvBlocks<kD, kW, kPlainOnly>)
     // so sdpa_all_visible fails for a tile holding one).
     const bool inner = interior(a, sq, i0, kN, sq.len_kv, key_w, 16);
     if (kPlainOnly || (plain && !(a.dropout_p > 0))) {  // as in the dQ pass, transposed
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-        // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
-        const int q = frag_col(nt, 0);
-        const float2 lse = *reinterpret_cast<const float2*>(lse_s + buf * kN + q);
-        const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
-          dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
-          st[nt][e] = p;
-        }
-      }
-      if (!inner) {  // an edge tile: P and dS 0 for the queries that do not see a key
-        int2 seen[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
-        hide_outside<kN>(seen, st, 0.0f);
-        hide_outside<kN>(seen, dpt, 0.0f);
-      }
+      plain_grads_t<kN>(a, sq, inner, key_w, i_hi, i0, lse_s + buf * kN, dl_s + buf * kN,
+                        scale_log2, st, dpt);
     } else {  // as in the dQ pass
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {

@@ -215,6 +215,48 @@ __device__ __forceinline__ KeyTiles<kN> key_tiles(const Args<float, S>& a, const
   return t;
 }
 
+// The query tiles of kN rows a dK/dV block walks, for its keys [j0, j0 + keys): the rows
+// [lo, hi) that can see one of them, of every query head of key head hk's group (G heads), in
+// order; n of them. Each tile's successor comes by an addition (dividing a tile's index by
+// per_head took a 64-bit division routine twice per tile).
+struct QueryTile {
+  int64_t h, i0;  // head, first row
+};
+template <int kN>
+struct QueryWalk {
+  int64_t lo = 0, hi = 0, end = 0, n = 0;
+  __device__ __forceinline__ QueryTile after(QueryTile t) const {
+    return t.i0 + kN < end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, lo};
+  }
+};
+template <int kN, class S>
+__device__ __forceinline__ QueryWalk<kN> query_walk(const Args<float, S>& a, const SdpaSequence& sq,
+                                                    int64_t j0, int keys, int64_t G) {
+  const int64_t j_last = min(j0 + keys, sq.rows_kv) - 1;
+  const IndexRange rows =
+      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
+  QueryWalk<kN> w;
+  w.lo = rows.lo;
+  w.hi = rows.hi;
+  const int64_t per_head = w.hi > w.lo ? (w.hi - w.lo + kN - 1) / kN : 0;
+  w.n = G * per_head;
+  w.end = w.lo + per_head * kN;
+  return w;
+}
+
+// A walked query tile's statistics (log2 units) and D into shared lse and dl, a thread a row
+// (the block's first kN threads).
+template <int kN, class S>
+__device__ __forceinline__ void load_row_stats(const Args<float, S>& a, const SdpaSequence& sq,
+                                               int64_t b, QueryTile t, float* lse, float* dl) {
+  const int64_t row_base = (b * a.Hq + t.h) * a.Sq;
+  if (const int r = threadIdx.x; r < kN) {  // one row each
+    const bool in = t.i0 + r < sq.rows_q;
+    lse[r] = in ? a.stat(b, t.h, sq.q0 + t.i0 + r) * kLog2e : kNegInf;
+    dl[r] = in ? a.delta[row_base + t.i0 + r] : 0.0f;
+  }
+}
+
 // Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
 // rows read through an index, else null).
 template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
@@ -492,6 +534,38 @@ __device__ __forceinline__ void hide_unseen(const Args<float, S>& a, const SdpaS
   for (int r = 0; r < 2; ++r)
     seen[r] = keys_seen(a, sq, row0 + frag_row(2 * r), sq.rows_q, hi, j0, kN);
   hide_outside<kN>(seen, s, hidden);
+}
+
+// A dK/dV tile's plain path (plain() options without dropout), transposed: its warp's 16 keys
+// by kN queries, st the raw products S^T and dpt dP^T in, P^T and dS^T = P^T (dP^T - D) out,
+// from the queries' statistics (log2 units) and D in shared memory (lse, dl); P^T and dS^T 0
+// for the queries that do not see a key where the tile is not `inner` (rows past i_hi see none).
+template <int kN, class S>
+__device__ __forceinline__ void plain_grads_t(const Args<float, S>& a, const SdpaSequence& sq,
+                                              bool inner, int64_t key_w, int64_t i_hi, int64_t i0,
+                                              const float* lse, const float* dl, float scale_log2,
+                                              float (&st)[kN / 8][4], float (&dpt)[kN / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    // Elements 0, 2 are query column q, elements 1, 3 column q + 1 (q even).
+    const int q = frag_col(nt, 0);
+    const float2 l = *reinterpret_cast<const float2*>(lse + q);
+    const float2 d = *reinterpret_cast<const float2*>(dl + q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? l.y : l.x)));
+      dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? d.y : d.x));
+      st[nt][e] = p;
+    }
+  }
+  if (!inner) {  // an edge tile
+    int2 seen[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
+    hide_outside<kN>(seen, st, 0.0f);
+    hide_outside<kN>(seen, dpt, 0.0f);
+  }
 }
 
 // score_grad's three results: dS, the probability after dropout, dS before softcap's factor.

@@ -1,6 +1,6 @@
 // What the tensor-core SDPA's kernels on warpgroup products (cuda_sdpa_wgmma_forward.cu,
-// cuda_sdpa_wgmma_backward.cu; sm_90a) share: a block of two warpgroups, the shared tiles'
-// alignment, and the copy pipeline's step.
+// cuda_sdpa_wgmma_backward.cu; sm_90a) share: a block of two warpgroups, and the shared tiles'
+// alignment.
 #pragma once
 #include <cstdint>
 
@@ -26,21 +26,5 @@ __device__ __forceinline__ unsigned char* aligned_tiles(unsigned char* smem) {
 // Which group of the block this thread is in, and which warp of its group.
 __device__ __forceinline__ int group() { return static_cast<int>(threadIdx.x) / kGroupThreads; }
 __device__ __forceinline__ int warp_in_group() { return static_cast<int>(threadIdx.x / 32) % 4; }
-
-// The copy pipeline's step at tile `it` of n_tiles, as next_tile (cuda_sdpa_mma_tiles.cuh), with
-// this thread's copies made visible to the products (they read through the async proxy) before
-// the barrier.
-template <class I, class Load>
-__device__ __forceinline__ void next_tile(I it, I n_tiles, Load&& load) {
-  if (it + 1 < n_tiles) {
-    load(it + 1, static_cast<int>((it + 1) & 1));
-    mma::cp_async_commit();
-    mma::cp_async_wait<1>();
-  } else {
-    mma::cp_async_wait<0>();
-  }
-  wgmma::fence_async_shared();
-  __syncthreads();
-}
 
 }  // namespace tg::cuda::mma_sdpa::wg

@@ -188,22 +188,11 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
                                               kv_end, a.Dqk, nullptr, vec.k);
   load_rows<S, kD, kKeys, wg::kThreads, Rows>(Vs, slice(a.v, a.vs, b, hk), a.vs, sq.kv0 + j0,
                                               kv_end, a.Dv, nullptr, vec.v);
-  // Query rows that can see some key of the block. Every group multiplies every tile (P and dS
-  // are 0 where its keys are not seen), as the dQ pass.
-  const int64_t j_last = min(j0 + kKeys, sq.rows_kv) - 1;
-  const IndexRange rows =
-      sdpa_query_range(a.causal, a.window, sq.shift, j0, j_last, j0 < sq.len_kv ? sq.len_q : 0);
+  // The query tiles that can see some key of the block. Every group multiplies every tile (P
+  // and dS are 0 where its keys are not seen), as the dQ pass.
+  const QueryWalk<kN> walk = query_walk<kN>(a, sq, j0, kKeys, G);
+  const int64_t i_hi = walk.hi, n_tiles = walk.n;
   const int64_t key_w = j0 + wg::kGroupRows * group + 16 * warp;  // this warp's first key
-  const int64_t i_lo = rows.lo, i_hi = rows.hi;
-  const int64_t per_head = i_hi > i_lo ? (i_hi - i_lo + kN - 1) / kN : 0;
-  const int64_t n_tiles = G * per_head;
-  struct QueryTile {
-    int64_t h, i0;  // head, first row
-  };
-  const int64_t i_end = i_lo + per_head * kN;
-  const auto after = [&](QueryTile t) {
-    return t.i0 + kN < i_end ? QueryTile{t.h, t.i0 + kN} : QueryTile{t.h + 1, i_lo};
-  };
   const auto load_q = [&](QueryTile t, int buf) {
     const int64_t h = t.h, i0 = t.i0;
     load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
@@ -211,20 +200,15 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(dOs + buf * kN * kD,
                                                         slice(a.dout, a.dos, b, h), a.dos,
                                                         sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
-    const int64_t row_base = (b * a.Hq + h) * a.Sq;
-    if (const int r = threadIdx.x; r < kN) {  // one row each
-      const bool in = i0 + r < sq.rows_q;
-      lse_s[buf * kN + r] = in ? a.stat(b, h, sq.q0 + i0 + r) * kLog2e : kNegInf;
-      dl_s[buf * kN + r] = in ? a.delta[row_base + i0 + r] : 0.0f;
-    }
+    load_row_stats<kN>(a, sq, b, t, lse_s + buf * kN, dl_s + buf * kN);
   };
   // Tile `it` is in buffer `buf` (it % 3, kept as a counter); `ahead`, tile it + 2, is copied
   // into buffer (it + 2) % 3 during step it.
-  QueryTile ahead{hk * G, i_lo};
-  int64_t i0 = i_lo;  // tile it's first row (its head is not needed)
+  QueryTile ahead{hk * G, walk.lo};
+  int64_t i0 = walk.lo;  // tile it's first row (its head is not needed)
   for (int t = 0; t < 2 && t < n_tiles; ++t) {
     load_q(ahead, t);
-    ahead = after(ahead);
+    ahead = walk.after(ahead);
   }
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
@@ -259,28 +243,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   AFragments<S, kN> pf, df;
   int buf = 0;
   for (int64_t it = 0; it < n_tiles; ++it) {
-    // 1. P^T and dS^T in place, as backward_dkv_kernel's plain path; 0 for the queries that do
-    // not see a key.
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-      const int q = frag_col(nt, 0);  // elements 0, 2: query q; 1, 3: q + 1
-      const float2 lse = *reinterpret_cast<const float2*>(lse_s + buf * kN + q);
-      const float2 dl = *reinterpret_cast<const float2*>(dl_s + buf * kN + q);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? lse.y : lse.x)));
-        dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? dl.y : dl.x));
-        st[nt][e] = p;
-      }
-    }
-    if (!interior(a, sq, i0, kN, sq.len_kv, key_w, 16)) {
-      int2 seen[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        seen[r] = rows_seeing(a, sq, key_w + frag_row(2 * r), sq.rows_kv, i_hi, i0, kN);
-      hide_outside<kN>(seen, st, 0.0f);
-      hide_outside<kN>(seen, dpt, 0.0f);
-    }
+    // 1. P^T and dS^T in place, as backward_dkv_kernel's plain path.
+    plain_grads_t<kN>(a, sq, interior(a, sq, i0, kN, sq.len_kv, key_w, 16), key_w, i_hi, i0,
+                      lse_s + buf * kN, dl_s + buf * kN, scale_log2, st, dpt);
     // 2. the previous tile's products done: their registers take this tile's P^T and dS^T.
     wgmma::wait<0>();
     wgmma::fence_operand(dv);
@@ -297,7 +262,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     const int next_buf = buf == 2 ? 0 : buf + 1, ahead_buf = next_buf == 2 ? 0 : next_buf + 1;
     if (it + 2 < n_tiles) {
       load_q(ahead, ahead_buf);
-      ahead = after(ahead);
+      ahead = walk.after(ahead);
     }
     mma::cp_async_commit();
     // 4. the products of tile it + 1 (of tile it again at the last: no product under a branch),
@@ -316,7 +281,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma::wait<1>();
     wgmma::fence_operand(st);
     wgmma::fence_operand(dpt);
-    i0 = i0 + kN < i_end ? i0 + kN : i_lo;
+    i0 = i0 + kN < walk.end ? i0 + kN : walk.lo;
     buf = next_buf;
   }
   wgmma::wait<0>();
