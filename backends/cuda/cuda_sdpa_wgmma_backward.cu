@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
 }
 
 // Calls f(std::integral_constant<int, kD>) for the head width of a call the warpgroup kernels
-// take (wgmma_forward's conditions, and the passes' shared memory within the device's); false
-// (f not called) for any other.
+// take (plain_only() 16-bit calls at head dims up to 128 on a wgmma_device(), the passes'
+// shared memory within the device's); false (f not called) for any other.
 template <class S, class F>
 bool with_wgmma_width(int device, const Args<float, S>& a, F&& f) {
   if constexpr (kTf32<S>) {
@@ -305,7 +305,9 @@ bool with_wgmma_width(int device, const Args<float, S>& a, F&& f) {
     if (width > 128 || !cuda_sdpa_wgmma() || !plain_only(a) || !wgmma_device(device)) return false;
     const auto run = [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
-      if (smem_wg_dkv < S, kD >> static_cast<size_t>(shared_optin(device))) return false;
+      // The dK/dV pass's shared memory is the larger of the two.
+      static_assert(smem_wg_dq<S, kD> <= smem_wg_dkv<S, kD>);
+      if (static_cast<size_t>(shared_optin(device)) < smem_wg_dkv<S, kD>) return false;
       f(dim);
       return true;
     };
