@@ -1,5 +1,5 @@
 // Warpgroup products on sm_90 (wgmma.mma_async, PTX ISA "Asynchronous Warpgroup Level Matrix
-// Multiply-Accumulate"), for the tensor-core SDPA's forward on an H100: four warps (a
+// Multiply-Accumulate"), for the tensor-core SDPA's kernels on an H100: four warps (a
 // warpgroup, 128 threads) multiply a 64-row A by a shared-memory B of N columns at 16 k values a
 // step, float32 sums. The operands in shared memory are described by 64-bit descriptors
 // (wgmma_layout.h); A may instead come from registers, in mma.m16n8k16's A layout for each
@@ -13,8 +13,8 @@
 // written by ordinary stores or cp.async must be made visible to them by fence_async_shared()
 // in each writing thread before the barrier that publishes it.
 //
-// These need sm_90a (architecture-specific features): the file that uses them is compiled for
-// it alone (CMakeLists.txt), and the host launches its kernels on compute capability 9.0 only.
+// These need sm_90a (architecture-specific features): the files that use them are compiled for
+// it alone (CMakeLists.txt), and the host launches their kernels on compute capability 9.0 only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
