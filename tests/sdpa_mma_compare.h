@@ -91,7 +91,7 @@ struct Config {
 // Shapes across the kernels' tile widths (32, 64, 128, 256 forward; the backward above 128
 // widens to float32) and across several 64-row tiles; every option of DESIGN §4.
 Config random_config(std::mt19937_64& rng);
-// c without the options that rule out the warpgroup-product forward (wgmma_forward): no mask,
+// c without the options that rule out the warpgroup-product kernels (wgmma_forward): no mask,
 // ALiBi, softcap or dropout, a positive scale, head dims up to 128.
 Config plain_config(Config c);
 std::string describe(const Config& c);

@@ -156,8 +156,7 @@ TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", e
   set_cuda_sdpa_deterministic(true);
 }
 
-TEST_CASE(
-    "tensor-core SDPA's warpgroup-product forward: off by default, \"1\" or \"0\", else an error") {
+TEST_CASE("tensor-core SDPA's warpgroup products: off by default, \"1\" or \"0\", else an error") {
   CHECK(!cuda_sdpa_wgmma());  // the test environment sets nothing
   setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "1", 1);
   CHECK(cuda_sdpa_wgmma());
