@@ -31,7 +31,8 @@
 //
 // This file: the host's checks and the entry points by dtype, and the switch. The kernels:
 // cuda_sdpa_mma_forward.cu and cuda_sdpa_mma_backward.cu, built from the warp-level pieces of
-// cuda_sdpa_mma_tiles.cuh; the host side they share: cuda_sdpa_mma_launch.cuh.
+// cuda_sdpa_mma_tiles.cuh and the score rules of cuda_sdpa_mma_rules.cuh; the host side they
+// share: cuda_sdpa_mma_launch.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/cuda/cuda_sdpa_mma_tiles.cuh"
+#include "backends/cuda/cuda_sdpa_mma_rules.cuh"
 #include "backends/cuda_api.h"
 
 namespace tg::cuda::mma_sdpa {
