@@ -30,6 +30,37 @@ struct Copy {
 
 enum class Wait { None, Block, Warp };
 
+// What a thread queues and completes by groups, oldest first (cp.async's copies, the deferred
+// warpgroup products): `open` until committed, then a group of `closed`.
+template <class T>
+struct Groups {
+  std::vector<T> open;
+  std::deque<std::vector<T>> closed;
+  bool empty() const { return open.empty() && closed.empty(); }
+  void clear() {
+    open.clear();
+    closed.clear();
+  }
+  void commit() {
+    closed.push_back(std::move(open));
+    open.clear();
+  }
+  // Completes all but the `pending` newest groups: each(item), oldest first.
+  template <class F>
+  void complete(int pending, F&& each) {
+    while (closed.size() > static_cast<size_t>(pending)) {
+      std::vector<T> group = std::move(closed.front());
+      closed.pop_front();
+      for (T& item : group) each(item);
+    }
+  }
+};
+
+struct Work {  // a deferred warpgroup product: the accumulators it writes, and itself
+  float* d;
+  std::function<void()> run;
+};
+
 struct Fiber {
   ucontext_t ctx{};
   std::unique_ptr<char[]> stack{new char[kStack]};
@@ -38,15 +69,8 @@ struct Fiber {
   Wait wait = Wait::None;
   uint64_t gen = 0;        // the generation of the barrier it waits at
   uint64_t exchanges = 0;  // its warp exchanges so far: their parity picks the slot bank
-  std::vector<Copy> open;
-  std::deque<std::vector<Copy>> groups;
-  // Deferred work (defer): its queue, and the accumulators it will write, saved and poisoned.
-  struct Work {
-    float* d;
-    std::function<void()> run;
-  };
-  std::vector<Work> work_open;
-  std::deque<std::vector<Work>> work_groups;
+  Groups<Copy> copies;
+  Groups<Work> work;  // deferred (defer), with the accumulators it writes saved and poisoned
   std::vector<std::pair<float*, std::vector<float>>> saved;
 };
 
@@ -114,9 +138,8 @@ bool ready(const State& s, const Fiber& f) {
 void finish(Fiber& f) {
   State& s = state();
   f.done = true;
-  if (!f.open.empty() || !f.groups.empty()) fault("cp.async copies still in flight at exit");
-  if (!f.work_open.empty() || !f.work_groups.empty())
-    fault("warpgroup products still in flight at exit");
+  if (!f.copies.empty()) fault("cp.async copies still in flight at exit");
+  if (!f.work.empty()) fault("warpgroup products still in flight at exit");
   WarpState& w = s.warps[f.tid.x / 32];
   --w.live;
   if (w.arrived > 0) fault("a lane exited while its warp waits in a collective");
@@ -163,10 +186,8 @@ void run_block(State& s, size_t shared_bytes) {
     f.done = false;
     f.wait = Wait::None;
     f.exchanges = 0;
-    f.open.clear();
-    f.groups.clear();
-    f.work_open.clear();
-    f.work_groups.clear();
+    f.copies.clear();
+    f.work.clear();
     f.saved.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
@@ -274,30 +295,22 @@ void defer(float* d, size_t count, std::function<void()> work) {
     f.saved.emplace_back(d, std::vector<float>(d, d + count));
     std::fill(d, d + count, std::numeric_limits<float>::quiet_NaN());
   }
-  f.work_open.push_back({d, std::move(work)});
+  f.work.open.push_back({d, std::move(work)});
 }
 
-void commit_deferred() {
-  Fiber& f = me();
-  f.work_groups.push_back(std::move(f.work_open));
-  f.work_open.clear();
-}
+void commit_deferred() { me().work.commit(); }
 
 void wait_deferred(int pending) {
   Fiber& f = me();
-  while (f.work_groups.size() > static_cast<size_t>(pending)) {
-    std::vector<Fiber::Work> group = std::move(f.work_groups.front());
-    f.work_groups.pop_front();
-    for (Fiber::Work& w : group) {
-      for (auto it = f.saved.begin(); it != f.saved.end(); ++it) {
-        if (it->first != w.d) continue;
-        std::copy(it->second.begin(), it->second.end(), w.d);
-        f.saved.erase(it);
-        break;
-      }
-      w.run();
+  f.work.complete(pending, [&](Work& w) {
+    for (auto it = f.saved.begin(); it != f.saved.end(); ++it) {
+      if (it->first != w.d) continue;
+      std::copy(it->second.begin(), it->second.end(), w.d);
+      f.saved.erase(it);
+      break;
     }
-  }
+    w.run();
+  });
 }
 
 void record_launch(const char* name) { launch_names().emplace_back(name); }
@@ -374,22 +387,16 @@ void land(const Copy& c) {
 void async_copy_16(void* dst, const void* src, bool valid) {
   const Copy c{dst, src, valid};
   if (state().copies == Copies::AtIssue) land(c);
-  me().open.push_back(c);  // still counted in its group, to be waited for
+  me().copies.open.push_back(c);  // still counted in its group, to be waited for
 }
 
-void async_commit() {
-  Fiber& f = me();
-  f.groups.push_back(std::move(f.open));
-  f.open.clear();
-}
+void async_commit() { me().copies.commit(); }
 
 void async_wait(int pending) {
-  Fiber& f = me();
-  while (f.groups.size() > static_cast<size_t>(pending)) {
-    if (state().copies == Copies::AtWait)
-      for (const Copy& c : f.groups.front()) land(c);
-    f.groups.pop_front();
-  }
+  const bool land_now = state().copies == Copies::AtWait;
+  me().copies.complete(pending, [&](const Copy& c) {
+    if (land_now) land(c);
+  });
 }
 
 }  // namespace tg::cuda_emulator
