@@ -59,10 +59,10 @@ void set_cuda_sdpa_warp_rows(int rows);
 bool cuda_sdpa_deterministic();
 void set_cuda_sdpa_deterministic(bool on);
 
-// Whether the tensor-core SDPA's forward may run on sm_90's warpgroup products (wgmma) on a
-// device of compute capability 9.0 (H100, H200): for 16-bit inputs, options without a float or
-// bool mask, ALiBi, softcap or dropout, a positive scale and head dims up to 128; the mma.sync
-// kernels run every other call. Off by default until it has run on such a device (written
+// Whether the tensor-core SDPA may run on sm_90's warpgroup products (wgmma) on a device of
+// compute capability 9.0 (H100, H200): for 16-bit inputs, options without a float or bool mask,
+// ALiBi, softcap or dropout, and head dims up to 256 in the forward (with a positive scale), up
+// to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call. Off by default until it has run on such a device (written
 // and checked on a CPU emulator only: docs/PERFORMANCE.md). Until set, the environment variable
 // TAPEGRAD_CUDA_SDPA_WGMMA ("1" or "0") decides, read on every call, else false. Anything else
 // is an error.

@@ -64,11 +64,12 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
   // Plain options (plain_config), where cuda_sdpa_wgmma() sends the forward and the backward's
   // two passes to the kernels of cuda_sdpa_wgmma_*.cu on a device of compute capability 9.0
   // (elsewhere the mma.sync kernels run, and this checks them again); then sequences of many
-  // key and query tiles, causal in both alignments, with GQA.
+  // key and query tiles, causal in both alignments, with GQA, at head dims 64, 128 and 256 (the
+  // forward alone on warpgroup products).
   TensorCores on(true);
   const Wgmma wgmma(true);
   std::mt19937_64 rng(2034);
-  for (int n = 0; n < 80; ++n) {
+  for (int n = 0; n < 84; ++n) {
     Config c = plain_config(random_config(rng));
     if (n >= 72) {
       c = Config{};
@@ -77,7 +78,7 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
       c.Hk = n % 2 ? 1 : 4;
       c.Sq = n % 4 < 2 ? 1000 : 77;
       c.Skv = 1100;
-      c.Dqk = c.Dv = n < 76 ? 64 : 128;
+      c.Dqk = c.Dv = n < 76 ? 64 : n < 80 ? 128 : 256;
       c.opts.causal = n % 3 != 0;
       c.opts.causal_align = n % 2 ? CausalAlign::BottomRight : CausalAlign::TopLeft;
     }

@@ -9,11 +9,15 @@
 
 namespace tgtest::wgmma_probe {
 
-constexpr int kM = 64, kK = 128;  // A: 64 x 128 values; B: 64 x 128 (two 64-column panels)
+constexpr int kM = 64, kK = 256;  // A: 64 x 256 values; B: 64 x 256 (four 64-column panels)
+constexpr int kHalf = kK / 2;
 
+// The products at every width the SDPA kernels use (m64: N 64 from shared memory, N 128 and
+// 256 with A from registers).
 struct Result {
-  std::vector<float> ss;  // A B^T (64 x 64): both from shared memory, K-major, k = 128
-  std::vector<float> rs;  // A[:, :64] B (64 x 128): A from registers, B MN-major, k = 64
+  std::vector<float> ss;       // A B^T (64 x 64): both from shared memory, K-major, k = 256
+  std::vector<float> rs;       // A[:, :64] B (64 x 256): A from registers, B MN-major, k = 64
+  std::vector<float> rs_half;  // A[:, :64] B[:, :128] (64 x 128), likewise
 };
 
 // a and b: bfloat16 bits, row-major. Runs the kernel (false where it cannot: no device of

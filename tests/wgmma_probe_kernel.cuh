@@ -19,7 +19,30 @@ namespace mma = tg::cuda::mma;
 
 constexpr size_t kSmem = wgmma::kAtomBytes + 2 * kM * kK * sizeof(S);
 
-__global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs) {
+// d (64 x kN, a warpgroup's accumulators) into out, row by row.
+template <int kN>
+__device__ void store_product(const float (&d)[kN / 8][4], float* out) {
+  const int warp = threadIdx.x / 32;
+  for (int nt = 0; nt < kN / 8; ++nt)
+    for (int e = 0; e < 4; ++e)
+      out[(16 * warp + mma_sdpa::frag_row(e)) * kN + mma_sdpa::frag_col(nt, e)] = d[nt][e];
+}
+
+// A[:, :64] B[:, :kN]: A from registers (af), B MN-major at b_at.
+template <int kN>
+__device__ void product_rs(const uint32_t (&af)[kM / 16][4], uint32_t b_at, float* out) {
+  float o[kN / 8][4] = {};
+  wgmma::fence_operand(o);
+  wgmma::fence();
+  for (int kk = 0; kk < kM / 16; ++kk)
+    wgmma::product_rs<S, kN>(o, af[kk], wgmma::mn_major(b_at, kM, kk));
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(o);
+  store_product<kN>(o, out);
+}
+
+__global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs, float* rs_half) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t window = wgmma::shared_address(smem);
   S* As = reinterpret_cast<S*>(smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) %
@@ -45,9 +68,7 @@ __global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs) {
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_operand(d);
-  for (int nt = 0; nt < kM / 8; ++nt)
-    for (int e = 0; e < 4; ++e)
-      ss[(16 * warp + mma_sdpa::frag_row(e)) * kM + mma_sdpa::frag_col(nt, e)] = d[nt][e];
+  store_product<kM>(d, ss);
 
   // A's first 64 columns as register fragments (mma.m16n8k16's A layout for the warp's rows).
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -58,17 +79,8 @@ __global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs) {
       af[kk][r] = mma::pack2<S>(__bfloat162float(a[row * kK + col]),
                                 __bfloat162float(a[row * kK + col + 1]));
     }
-  float o[kK / 8][4] = {};
-  wgmma::fence_operand(o);
-  wgmma::fence();
-  for (int kk = 0; kk < kM / 16; ++kk)
-    wgmma::product_rs<S, kK>(o, af[kk], wgmma::mn_major(b_at, kM, kk));
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::fence_operand(o);
-  for (int nt = 0; nt < kK / 8; ++nt)
-    for (int e = 0; e < 4; ++e)
-      rs[(16 * warp + mma_sdpa::frag_row(e)) * kK + mma_sdpa::frag_col(nt, e)] = o[nt][e];
+  product_rs<kK>(af, b_at, rs);
+  product_rs<kHalf>(af, b_at, rs_half);
 }
 
 }  // namespace

@@ -40,28 +40,31 @@ TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double"
   }
   REQUIRE(r.ss.size() == static_cast<size_t>(kM * kM));
   REQUIRE(r.rs.size() == static_cast<size_t>(kM * kK));
+  REQUIRE(r.rs_half.size() == static_cast<size_t>(kM * kHalf));
   const auto A = [&](int m, int k) { return bf16_value(a[m * kK + k]); };
   const auto B = [&](int n, int k) { return bf16_value(b[n * kK + k]); };
-  int wrong_ss = 0, wrong_rs = 0;
-  for (int m = 0; m < kM; ++m) {
-    for (int n = 0; n < kM; ++n) {  // A B^T over k < 128
-      double sum = 0, mag = 0;
-      for (int k = 0; k < kK; ++k) {
-        sum += A(m, k) * B(n, k);
-        mag += std::fabs(A(m, k) * B(n, k));
-      }
-      wrong_ss += std::fabs(r.ss[m * kM + n] - sum) > 0x1p-20 * mag + 1e-30;
+  // Whether got is within 2^-20 of the sum over k < n_k of x(k) y(k) in magnitude.
+  const auto wrong = [](float got, int n_k, auto&& x, auto&& y) {
+    double sum = 0, mag = 0;
+    for (int k = 0; k < n_k; ++k) {
+      sum += x(k) * y(k);
+      mag += std::fabs(x(k) * y(k));
     }
+    return std::fabs(got - sum) > 0x1p-20 * mag + 1e-30;
+  };
+  int wrong_ss = 0, wrong_rs = 0, wrong_half = 0;
+  for (int m = 0; m < kM; ++m) {
+    const auto a_row = [&](int k) { return A(m, k); };
+    for (int n = 0; n < kM; ++n)  // A B^T over k < 256
+      wrong_ss += wrong(r.ss[m * kM + n], kK, a_row, [&](int k) { return B(n, k); });
     for (int n = 0; n < kK; ++n) {  // A[:, :64] B, B's rows as k
-      double sum = 0, mag = 0;
-      for (int k = 0; k < kM; ++k) {
-        sum += A(m, k) * B(k, n);
-        mag += std::fabs(A(m, k) * B(k, n));
-      }
-      wrong_rs += std::fabs(r.rs[m * kK + n] - sum) > 0x1p-20 * mag + 1e-30;
+      const auto b_col = [&](int k) { return B(k, n); };
+      wrong_rs += wrong(r.rs[m * kK + n], kM, a_row, b_col);
+      if (n < kHalf) wrong_half += wrong(r.rs_half[m * kHalf + n], kM, a_row, b_col);
     }
   }
-  INFO("first element: ss " << r.ss[0] << ", rs " << r.rs[0]);
-  CHECK(wrong_ss == 0);  // S = Q K^T's kind: both operands K-major in shared memory
-  CHECK(wrong_rs == 0);  // O = P V's kind: A from registers, B MN-major (transposed)
+  INFO("first element: ss " << r.ss[0] << ", rs " << r.rs[0] << ", rs_half " << r.rs_half[0]);
+  CHECK(wrong_ss == 0);    // S = Q K^T's kind: both operands K-major in shared memory
+  CHECK(wrong_rs == 0);    // O = P V's kind at head dim 256: A from registers, B MN-major
+  CHECK(wrong_half == 0);  // the same at head dim 128
 }

@@ -1,19 +1,19 @@
 // The tensor-core SDPA's forward on sm_90's warpgroup products (wgmma, cuda_wgmma.cuh), for the
 // most common call: 16-bit inputs, plain options without dropout and a positive scale
-// (forward_plain_only), head dims up to 128, on compute capability 9.0 (an H100 or H200).
-// Everything else, and every backward, runs the mma.sync kernels (cuda_sdpa_mma.cu has the
-// overview), which this one follows: the same query blocks and key tiles, the same online
-// softmax on the score fragments in registers (raw products, edge tiles hidden inline, a row's
-// base moved only by more than 2^8), the same statistics.
+// (forward_plain_only), head dims up to 256, on compute capability 9.0 (an H100 or H200).
+// Everything else runs the mma.sync kernels (cuda_sdpa_mma.cu has the overview), which this one
+// follows: the same query blocks and key tiles, the same online softmax on the score fragments
+// in registers (raw products, edge tiles hidden inline, a row's base moved only by more than
+// 2^8), the same statistics.
 //
 // What differs: a block is two warpgroups of 64 query rows (128 rows, eight warps), and each
-// group's products are two chains of warpgroup products: S = Q K^T (64 x 128 keys, both from
-// shared memory) and O += P V (P from the score registers rounded to 16 bits, as in
-// FlashAttention-3; V from shared memory, transposed by the hardware). mma.sync's products read
-// every K and V fragment once per warp through ldmatrix; a warpgroup product reads them once for
-// four warps, without the registers. Q, K and V tiles are stored in the 128-byte swizzle mode
-// (wgmma_layout.h), copied by cp.async as before, and the loop is pipelined (below). Not yet
-// run on a GPU: cuda_sdpa_wgmma() turns it off.
+// group's products are two chains of warpgroup products: S = Q K^T (64 rows by 128 keys, 64
+// above head dim 128; both from shared memory) and O += P V (P from the score registers rounded
+// to 16 bits, as in FlashAttention-3; V from shared memory, transposed by the hardware).
+// mma.sync's products read every K and V fragment once per warp through ldmatrix; a warpgroup
+// product reads them once for four warps, without the registers. Q, K and V tiles are stored in
+// the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async as before, and the loop is
+// pipelined (below). Not yet run on a GPU: cuda_sdpa_wgmma() turns it off.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -24,12 +24,16 @@ namespace tg::cuda::mma_sdpa {
 namespace {
 
 using wg::kBlockRows;
-constexpr int kWgKeys = 128;  // keys a tile (a thread holds O, S and P: 160 values at D 128)
+// Keys a tile at head width kD. A thread holds O, S and P: at D 128, 64 + 64 + 32 values with
+// 128 keys; at D 256, 128 + 32 + 16 with 64 (where 128 keys would also exceed the shared
+// memory: Q, two K and two V buffers, 320 KB).
+template <int kD>
+constexpr int kWgKeys = kD <= 128 ? 128 : 64;
 
 // Shared memory of the kernel at head width kD: Q, two buffers of K and two of V, and room to
-// start the tiles on a 1024-byte boundary.
+// start the tiles on a 1024-byte boundary (D 256: 193 KB).
 template <class S, int kD>
-constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys) * kD * sizeof(S);
+constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys<kD>)*kD * sizeof(S);
 
 // The loop overlaps each group's softmax with its products (FlashAttention-3's intra-warpgroup
 // pipelining): while the tensor cores multiply P(j) V(j), the group computes the softmax of
@@ -42,7 +46,7 @@ constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys) * k
 template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kWgKeys;
+  constexpr int kN = kWgKeys<kD>;
   constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one K or V buffer
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
@@ -200,7 +204,7 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
     return false;
   } else {
     const int64_t width = std::max(a.Dqk, a.Dv);
-    if (width > 128 || !cuda_sdpa_wgmma() || !forward_plain_only(a) || !wgmma_device(device))
+    if (width > 256 || !cuda_sdpa_wgmma() || !forward_plain_only(a) || !wgmma_device(device))
       return false;
     const auto run = [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
@@ -213,8 +217,9 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
                              "sdpa wgmma forward kernel", a, vec);
       return true;
     };
-    return width <= 64 ? run(std::integral_constant<int, 64>{})
-                       : run(std::integral_constant<int, 128>{});
+    if (width <= 64) return run(std::integral_constant<int, 64>{});
+    if (width <= 128) return run(std::integral_constant<int, 128>{});
+    return run(std::integral_constant<int, 256>{});
   }
 }
 

@@ -45,6 +45,13 @@ namespace tg::cuda::wgmma {
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37," \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55," \
   "%56, %57, %58, %59, %60, %61, %62, %63"
+// The 128 accumulator registers of an m64n256 product, as asm operand names.
+#define TG_WGMMA_D256                                                                           \
+  TG_WGMMA_D128                                                                                 \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81," \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99,"   \
+  "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114,"   \
+  "%115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 // Operand lists: the accumulators of d[N / 8][4] in order.
 #define TG_WGMMA_F4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define TG_WGMMA_F64(d)                                                                          \
@@ -53,6 +60,12 @@ namespace tg::cuda::wgmma {
 #define TG_WGMMA_F128(d)                                                                         \
   TG_WGMMA_F64(d), TG_WGMMA_F4(d, 8), TG_WGMMA_F4(d, 9), TG_WGMMA_F4(d, 10), TG_WGMMA_F4(d, 11), \
       TG_WGMMA_F4(d, 12), TG_WGMMA_F4(d, 13), TG_WGMMA_F4(d, 14), TG_WGMMA_F4(d, 15)
+#define TG_WGMMA_F256(d)                                                              \
+  TG_WGMMA_F128(d), TG_WGMMA_F4(d, 16), TG_WGMMA_F4(d, 17), TG_WGMMA_F4(d, 18),       \
+      TG_WGMMA_F4(d, 19), TG_WGMMA_F4(d, 20), TG_WGMMA_F4(d, 21), TG_WGMMA_F4(d, 22), \
+      TG_WGMMA_F4(d, 23), TG_WGMMA_F4(d, 24), TG_WGMMA_F4(d, 25), TG_WGMMA_F4(d, 26), \
+      TG_WGMMA_F4(d, 27), TG_WGMMA_F4(d, 28), TG_WGMMA_F4(d, 29), TG_WGMMA_F4(d, 30), \
+      TG_WGMMA_F4(d, 31)
 
 // d (+)= A B, A and B in shared memory (K-major both), `type` "bf16" or "f16", A_, B_ and ACC_
 // the operand names after the accumulators' (d is overwritten where acc is 0).
@@ -142,7 +155,7 @@ __device__ __forceinline__ void product_ss(float (&d)[kN / 8][4], uint64_t a, ui
 }
 
 // d += A B for a warpgroup: A (64 x 16) from registers (this warp's 16 rows, mma.m16n8k16's A
-// fragment), B (16 x kN) MN-major in shared memory, described by b.
+// fragment), B (16 x kN, kN 64, 128 or 256) MN-major in shared memory, described by b.
 template <class S, int kN>
 __device__ __forceinline__ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4],
                                            uint64_t b) {
@@ -154,12 +167,18 @@ __device__ __forceinline__ void product_rs(float (&d)[kN / 8][4], const uint32_t
     } else {
       TG_WGMMA_RS(64, "f16", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b);
     }
-  } else {
-    static_assert(kN == 128, "product_rs: 64 or 128 columns");
+  } else if constexpr (kN == 128) {
     if constexpr (kBf16) {
       TG_WGMMA_RS(128, "bf16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
     } else {
       TG_WGMMA_RS(128, "f16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
+    }
+  } else {
+    static_assert(kN == 256, "product_rs: 64, 128 or 256 columns");
+    if constexpr (kBf16) {
+      TG_WGMMA_RS(256, "bf16", "%128", "%129", "%130", "%131", "%132", "%133", d, a, b);
+    } else {
+      TG_WGMMA_RS(256, "f16", "%128", "%129", "%130", "%131", "%132", "%133", d, a, b);
     }
   }
 #else
