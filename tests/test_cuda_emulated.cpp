@@ -114,6 +114,17 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
   CHECK(message([] {
           emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
         }).find("still in flight at exit") != std::string::npos);
+  // Named barriers: one whose count is never reached (a deadlock, each waiting run named), one
+  // left with arrivals at the block's end, and two counts in one phase.
+  CHECK(message([] {
+          if (emu::thread_idx().x < 32) emu::named_sync(1, 64);
+        }).find("deadlock: threads 0-31 at named barrier 1;") != std::string::npos);
+  CHECK(message([] {
+          if (emu::thread_idx().x < 32) emu::named_arrive(2, 64);
+        }).find("named barrier 2 left with 32 of 64 threads arrived") != std::string::npos);
+  CHECK(message([] {
+          emu::named_arrive(3, emu::thread_idx().x < 32 ? 64 : 32);
+        }).find("named barrier 3 named with counts 64 and 32 in one phase") != std::string::npos);
   // A warp that skips a warpgroup product the other three warps of its group issue.
   const auto products = [](bool every_warp) -> std::string {
     try {
@@ -139,6 +150,19 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
           int other;
           std::memcpy(&other, all + emu::kSlot * static_cast<size_t>(lane ^ 1), sizeof other);
           if (other != (lane ^ 1)) fail("test", "lane ", lane, " read ", other);
+        }) == "");
+  // A hand-over through named barriers: warp 1 writes, then arrives; warp 0 waits, then reads.
+  static int handed[32];
+  CHECK(message([] {
+          const unsigned t = emu::thread_idx().x;
+          if (t >= 32) {
+            handed[t - 32] = static_cast<int>(t);
+            emu::named_arrive(4, 64);
+          } else {
+            emu::named_sync(4, 64);
+            if (handed[t] != static_cast<int>(t) + 32)
+              fail("test", "thread ", t, " read too early");
+          }
         }) == "");
 }
 

@@ -123,11 +123,11 @@ struct Swizzled {
 // Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
 // st[3]) into `dst` (laid out as Tile says), zeros from row `row_end` on and past column
 // `width`; with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads; by
-// a block of kThreads threads.
+// kThreads threads, this one the `thread`-th (the block's, unless a group of them copies).
 template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
 __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
                                           int64_t row_end, int64_t width, const int64_t* at,
-                                          bool vec) {
+                                          bool vec, int thread = threadIdx.x) {
   constexpr int kC = kPerCopy<S>;
   if (vec) {
     // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the
@@ -135,7 +135,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     // instructions); `at` is tested outside the unrolled copies.
     constexpr int kChunks = kD / kC, kStride = kThreads / kChunks;
     static_assert(kThreads % kChunks == 0 && kN % kStride == 0);
-    const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+    const int c = thread % kChunks, r0 = thread / kChunks;
     // A thread's rows are kStride apart: for Swizzled, a multiple of 8 (the same swizzle).
     static_assert(kStride % 8 == 0 || Tile::kRowValues == kPitch<S, kD>);
     const bool col = c * kC < width;
@@ -157,7 +157,7 @@ __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* 
     else
       copy(std::false_type{});
   } else {
-    for (int idx = threadIdx.x; idx < kN * kD; idx += kThreads) {
+    for (int idx = thread; idx < kN * kD; idx += kThreads) {
       const int r = idx / kD, d = idx % kD;
       const int64_t row = row0 + r;
       S x = round_to<S>(0.0f);

@@ -123,6 +123,31 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// Named barrier `id` (1-15; 0 is __syncthreads') of `count` threads (whole warps): named_sync
+// waits until `count` have arrived, named_arrive counts this warp and goes on. Shared-memory
+// accesses before either are seen by the threads that pass the barrier's phase.
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// A warpgroup's registers a thread from here on (setmaxnreg, sm_90a): raised for the groups
+// that multiply, lowered for one that only copies, within the block's launch share.
+template <int kRegisters>
+__device__ __forceinline__ void raise_registers() {
+#if TG_WGMMA_ARCH
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void lower_registers() {
+#if TG_WGMMA_ARCH
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
 // The shared address of p, as descriptors hold it.
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return mma::smem_address(p); }
 

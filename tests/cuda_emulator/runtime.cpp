@@ -28,7 +28,7 @@ struct Copy {
   bool valid;
 };
 
-enum class Wait { None, Block, Warp };
+enum class Wait { None, Block, Warp, Named };
 
 // What a thread queues and completes by groups, oldest first (cp.async's copies, the deferred
 // warpgroup products): `open` until committed, then a group of `closed`.
@@ -68,6 +68,7 @@ struct Fiber {
   bool done = false;
   Wait wait = Wait::None;
   uint64_t gen = 0;        // the generation of the barrier it waits at
+  unsigned named = 0;      // the named barrier it waits at (Wait::Named)
   uint64_t exchanges = 0;  // its warp exchanges so far: their parity picks the slot bank
   Groups<Copy> copies;
   Groups<Work> work;  // deferred (defer), with the accumulators it writes saved and poisoned
@@ -87,6 +88,12 @@ struct Shared {
   size_t bytes;
 };
 
+constexpr unsigned kNamedBarriers = 16;
+struct NamedBarrier {
+  unsigned arrived = 0, count = 0;  // this phase's arrivals, and the count they name
+  uint64_t gen = 0;
+};
+
 struct State {
   ucontext_t scheduler{};
   std::vector<Fiber> fibers;
@@ -94,6 +101,7 @@ struct State {
   std::vector<WarpState> warps;
   unsigned block_arrived = 0, block_live = 0;
   uint64_t block_gen = 0;
+  NamedBarrier named[kNamedBarriers];
   Index3 block, bdim, gdim;
   const std::function<void()>* body = nullptr;
   std::string error;  // the first fault
@@ -131,6 +139,8 @@ bool ready(const State& s, const Fiber& f) {
       return s.block_gen != f.gen;
     case Wait::Warp:
       return s.warps[f.tid.x / 32].gen != f.gen;
+    case Wait::Named:
+      return s.named[f.named].gen != f.gen;
   }
   return false;
 }
@@ -161,15 +171,34 @@ void entry() {
   // Returns to the scheduler through uc_link.
 }
 
+// Where the block's threads wait, runs of consecutive threads that wait alike as one entry.
 std::string waiting(const State& s) {
   std::ostringstream os;
-  for (const Fiber& f : s.fibers) {
-    if (f.done) continue;
-    os << " thread " << f.tid.x
-       << (f.wait == Wait::Block  ? " at __syncthreads"
-           : f.wait == Wait::Warp ? " in a warp collective"
-                                  : " runnable")
-       << ";";
+  const auto where = [&](const Fiber& f) -> std::string {
+    if (f.done) return "";
+    switch (f.wait) {
+      case Wait::Block:
+        return "at __syncthreads";
+      case Wait::Warp:
+        return "in a warp collective";
+      case Wait::Named:
+        return "at named barrier " + std::to_string(f.named);
+      case Wait::None:
+        break;
+    }
+    return "runnable";
+  };
+  const size_t n = s.fibers.size() < s.bdim.x ? s.fibers.size() : s.bdim.x;
+  for (size_t t = 0; t < n;) {
+    const std::string w = where(s.fibers[t]);
+    size_t end = t + 1;
+    while (end < n && where(s.fibers[end]) == w) ++end;
+    if (!w.empty()) {
+      os << (end - t > 1 ? " threads " : " thread ") << t;
+      if (end - t > 1) os << "-" << end - 1;
+      os << " " << w << ";";
+    }
+    t = end;
   }
   return os.str();
 }
@@ -180,6 +209,7 @@ void run_block(State& s, size_t shared_bytes) {
   s.warps.assign(n / 32, WarpState{});
   s.block_arrived = 0;
   s.block_live = n;
+  for (NamedBarrier& b : s.named) b = NamedBarrier{};
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = s.fibers[t];
     f.tid = {t, 0, 0};
@@ -225,6 +255,11 @@ void run_block(State& s, size_t shared_bytes) {
               " issued different numbers of warpgroup products: " + std::to_string(n) + " and " +
               std::to_string(s.warps[w + k].products));
   }
+  for (unsigned id = 0; s.error.empty() && id < kNamedBarriers; ++id)
+    if (s.named[id].arrived > 0)
+      fault("named barrier " + std::to_string(id) + " left with " +
+            std::to_string(s.named[id].arrived) + " of " + std::to_string(s.named[id].count) +
+            " threads arrived");
   if (s.error.empty()) {
     for (const Shared& a : shared_arrays()) {
       for (size_t i = shared_bytes; i < a.bytes; ++i) {
@@ -350,6 +385,40 @@ void sync_block() {
   f.gen = s.block_gen;
   yield();
 }
+
+namespace {
+// Arrives at named barrier `id`; true when this arrival completes its phase.
+bool named_arrival(unsigned id, unsigned count) {
+  State& s = state();
+  if (id == 0 || id >= kNamedBarriers || count == 0 || count % 32 != 0 || count > s.bdim.x) {
+    fault("named barrier " + std::to_string(id) + " with a count of " + std::to_string(count) +
+          " (ids 1-15, counts a multiple of 32 up to the block's threads)");
+    return true;
+  }
+  NamedBarrier& b = s.named[id];
+  if (b.arrived == 0) {
+    b.count = count;
+  } else if (b.count != count) {
+    fault("named barrier " + std::to_string(id) + " named with counts " + std::to_string(b.count) +
+          " and " + std::to_string(count) + " in one phase");
+  }
+  if (++b.arrived < b.count) return false;
+  b.arrived = 0;
+  ++b.gen;
+  return true;
+}
+}  // namespace
+
+void named_sync(unsigned id, unsigned count) {
+  if (named_arrival(id, count)) return;
+  Fiber& f = me();
+  f.wait = Wait::Named;
+  f.named = id;
+  f.gen = state().named[id].gen;
+  yield();
+}
+
+void named_arrive(unsigned id, unsigned count) { named_arrival(id, count); }
 
 const unsigned char* warp_exchange(const char* what, const void* in, size_t bytes) {
   State& s = state();

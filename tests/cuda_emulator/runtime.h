@@ -90,6 +90,14 @@ const unsigned char* shared_at(uint32_t offset, size_t bytes);
 // __syncthreads().
 void sync_block();
 
+// Named barriers (bar.sync / bar.arrive with a barrier id and a thread count, PTX ISA "bar"):
+// barrier `id` (1-15; 0 is __syncthreads') completes once `count` threads have arrived, those
+// at named_sync waiting until it does, those at named_arrive going on at once. The threads of
+// a phase must name the same count; a barrier left part-way at the block's end is a fault (the
+// kernels balance their arrivals), as is waiting at one that never completes (a deadlock).
+void named_sync(unsigned id, unsigned count);
+void named_arrive(unsigned id, unsigned count);
+
 // A warp-wide exchange, the collective `what` names ("shfl", "ldmatrix", ...): every lane of
 // the caller's warp passes `bytes` (at most kSlot) from `in`; once all have, returns the 32
 // lanes' values, lane L's at offset L * kSlot. They stay valid until the caller's next exchange.

@@ -104,6 +104,16 @@ void wait() {
   ::tg::cuda_emulator::wait_deferred(kPending);
 }
 inline void fence_async_shared() {}
+inline void named_sync(int id, int count) {
+  ::tg::cuda_emulator::named_sync(static_cast<unsigned>(id), static_cast<unsigned>(count));
+}
+inline void named_arrive(int id, int count) {
+  ::tg::cuda_emulator::named_arrive(static_cast<unsigned>(id), static_cast<unsigned>(count));
+}
+template <int kRegisters>
+void raise_registers() {}
+template <int kRegisters>
+void lower_registers() {}
 template <int kTiles>
 void fence_operand(float (&)[kTiles][4]) {}
 inline uint32_t shared_address(const void* p) { return ::tg::cuda_emulator::shared_offset(p); }
