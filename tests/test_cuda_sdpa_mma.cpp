@@ -65,7 +65,8 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
   // two passes to the kernels of cuda_sdpa_wgmma_*.cu on a device of compute capability 9.0
   // (elsewhere the mma.sync kernels run, and this checks them again); then sequences of many
   // key and query tiles, causal in both alignments, with GQA, at head dims 64, 128 and 256 (the
-  // forward alone on warpgroup products).
+  // forward alone on warpgroup products). Both forwards at head dims up to 128: with a producer
+  // warpgroup in every other random configuration, and in both ways in the long ones.
   TensorCores on(true);
   const Wgmma wgmma(true);
   std::mt19937_64 rng(2034);
@@ -83,8 +84,13 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
       c.opts.causal_align = n % 2 ? CausalAlign::BottomRight : CausalAlign::TopLeft;
     }
     const DType dt = n % 2 ? kFloat16 : kBFloat16;
-    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
-    compare_config(c, dt, 9000 + static_cast<uint64_t>(n) * 10, rng);
+    for (const bool producer : {false, true}) {
+      if (n < 72 ? producer != (n % 4 >= 2) : producer && c.Dqk > 128) continue;
+      INFO("config " << n << " (" << std::string(dtype_name(dt)) << "), producer " << producer
+                     << ": " << describe(c));
+      const WgmmaProducer mode(producer);
+      compare_config(c, dt, 9000 + static_cast<uint64_t>(n) * 10, rng);
+    }
   }
 }
 

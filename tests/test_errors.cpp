@@ -171,6 +171,22 @@ TEST_CASE("tensor-core SDPA's warpgroup products: off by default, \"1\" or \"0\"
   set_cuda_sdpa_wgmma(false);
 }
 
+TEST_CASE("the warpgroup products' forward with a producer: off by default, \"1\" or \"0\"") {
+  CHECK(!cuda_sdpa_wgmma_producer());  // the test environment sets nothing
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", "1", 1);
+  CHECK(cuda_sdpa_wgmma_producer());
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", "yes", 1);
+  check_throws_with_prefix(
+      [&] { cuda_sdpa_wgmma_producer(); }, "[cuda_sdpa_wgmma_producer]",
+      "TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER: expected \"1\" or \"0\", got \"yes\"");
+  set_cuda_sdpa_wgmma_producer(false);  // set: the environment is not read
+  CHECK(!cuda_sdpa_wgmma_producer());
+  unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER");
+  set_cuda_sdpa_wgmma_producer(true);
+  CHECK(cuda_sdpa_wgmma_producer());
+  set_cuda_sdpa_wgmma_producer(false);
+}
+
 TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {
   // Until set, the environment decides on every call (the test environment sets nothing).
   CHECK(cuda_sdpa_warp_rows() == 0);  // automatic

@@ -397,14 +397,16 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
       cudaStream_t s = enter(device);
       const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
       if (blocks == 0) return true;
-      // Warp-specialised where the consumers' registers allow (D 256 takes 243 in one kernel).
+      // Warp-specialised where asked for and the consumers' registers allow (D 256 takes 243).
       if constexpr (kD <= 128) {
-        launch<ws::kThreads>(wgmma_forward_ws_kernel<S, kD>, blocks, smem, s,
-                             "sdpa wgmma forward kernel", a, vec);
-      } else {
-        launch<wg::kThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
-                             "sdpa wgmma forward kernel", a, vec);
+        if (cuda_sdpa_wgmma_producer()) {
+          launch<ws::kThreads>(wgmma_forward_ws_kernel<S, kD>, blocks, smem, s,
+                               "sdpa wgmma forward kernel with a producer", a, vec);
+          return true;
+        }
       }
+      launch<wg::kThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
+                           "sdpa wgmma forward kernel", a, vec);
       return true;
     };
     if (width <= 64) return run(std::integral_constant<int, 64>{});
