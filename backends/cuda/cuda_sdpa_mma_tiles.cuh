@@ -123,11 +123,12 @@ struct Swizzled {
 // Rows row0 .. row0 + kN - 1 of one (b, h) slice (`base`, row stride st[2], column stride
 // st[3]) into `dst` (laid out as Tile says), zeros from row `row_end` on and past column
 // `width`; with `at`, row r of the view is row at[r]. cp.async when `vec`, else plain loads; by
-// kThreads threads, this one the `thread`-th (the block's, unless a group of them copies).
+// kThreads threads, this one the `thread`-th (the block's, unless a group of them copies;
+// unsigned, as threadIdx.x is: its division by the chunks is then unsigned, as it always was).
 template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
 __device__ __forceinline__ void load_rows(S* dst, const S* base, const int64_t* st, int64_t row0,
                                           int64_t row_end, int64_t width, const int64_t* at,
-                                          bool vec, int thread = threadIdx.x) {
+                                          bool vec, unsigned thread = threadIdx.x) {
   constexpr int kC = kPerCopy<S>;
   if (vec) {
     // Each thread copies the same 16-byte column chunk c of rows r, r + kStride, ...: the

@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   if (group == 2) {  // the producer
     wgmma::lower_registers<ws::kProducerRegisters>();
     const int64_t kv_end = sq.kv0 + sq.rows_kv;
-    const int thread = static_cast<int>(threadIdx.x) - ws::kConsumers;
+    const unsigned thread = threadIdx.x - ws::kConsumers;
     const S* k_rows = slice(a.k, a.ks, b, qb.hk);
     const S* v_rows = slice(a.v, a.vs, b, qb.hk);
     // One copy group a tile's K or V, in the order K(0), K(1), V(0), K(2), V(1), ...: the order
