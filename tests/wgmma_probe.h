@@ -18,6 +18,7 @@ struct Result {
   std::vector<float> ss;       // A B^T (64 x 64): both from shared memory, K-major, k = 256
   std::vector<float> rs;       // A[:, :64] B (64 x 256): A from registers, B MN-major, k = 64
   std::vector<float> rs_half;  // A[:, :64] B[:, :128] (64 x 128), likewise
+  std::vector<float> rs_k;     // A[:, :64] B[:, :64]^T (64 x 64): A from registers, B K-major
 };
 
 // a and b: bfloat16 bits, row-major. Runs the kernel (false where it cannot: no device of

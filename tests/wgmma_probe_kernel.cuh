@@ -42,7 +42,8 @@ __device__ void product_rs(const uint32_t (&af)[kM / 16][4], uint32_t b_at, floa
   store_product<kN>(o, out);
 }
 
-__global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs, float* rs_half) {
+__global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs, float* rs_half,
+                             float* rs_k) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t window = wgmma::shared_address(smem);
   S* As = reinterpret_cast<S*>(smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) %
@@ -81,6 +82,15 @@ __global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs, float
     }
   product_rs<kK>(af, b_at, rs);
   product_rs<kHalf>(af, b_at, rs_half);
+  // S = Q K^T's kind with Q in registers (the SDPA kernels at head dim 64): B K-major, k = 64.
+  float sk[kM / 8][4];
+  wgmma::fence();
+  for (int kk = 0; kk < kM / 16; ++kk)
+    wgmma::product_rs_kmajor<S, kM>(sk, af[kk], wgmma::k_major(b_at, kM, 0, kk), kk > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(sk);
+  store_product<kM>(sk, rs_k);
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double"
   REQUIRE(r.ss.size() == static_cast<size_t>(kM * kM));
   REQUIRE(r.rs.size() == static_cast<size_t>(kM * kK));
   REQUIRE(r.rs_half.size() == static_cast<size_t>(kM * kHalf));
+  REQUIRE(r.rs_k.size() == static_cast<size_t>(kM * kM));
   const auto A = [&](int m, int k) { return bf16_value(a[m * kK + k]); };
   const auto B = [&](int n, int k) { return bf16_value(b[n * kK + k]); };
   // Whether got is within 2^-20 of the sum over k < n_k of x(k) y(k) in magnitude.
@@ -52,11 +53,14 @@ TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double"
     }
     return std::fabs(got - sum) > 0x1p-20 * mag + 1e-30;
   };
-  int wrong_ss = 0, wrong_rs = 0, wrong_half = 0;
+  int wrong_ss = 0, wrong_rs = 0, wrong_half = 0, wrong_k = 0;
   for (int m = 0; m < kM; ++m) {
     const auto a_row = [&](int k) { return A(m, k); };
-    for (int n = 0; n < kM; ++n)  // A B^T over k < 256
-      wrong_ss += wrong(r.ss[m * kM + n], kK, a_row, [&](int k) { return B(n, k); });
+    for (int n = 0; n < kM; ++n) {  // A B^T over k < 256, and over k < 64
+      const auto b_row = [&](int k) { return B(n, k); };
+      wrong_ss += wrong(r.ss[m * kM + n], kK, a_row, b_row);
+      wrong_k += wrong(r.rs_k[m * kM + n], kM, a_row, b_row);
+    }
     for (int n = 0; n < kK; ++n) {  // A[:, :64] B, B's rows as k
       const auto b_col = [&](int k) { return B(k, n); };
       wrong_rs += wrong(r.rs[m * kK + n], kM, a_row, b_col);
@@ -67,4 +71,5 @@ TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double"
   CHECK(wrong_ss == 0);    // S = Q K^T's kind: both operands K-major in shared memory
   CHECK(wrong_rs == 0);    // O = P V's kind at head dim 256: A from registers, B MN-major
   CHECK(wrong_half == 0);  // the same at head dim 128
+  CHECK(wrong_k == 0);     // S = Q K^T's kind with Q in registers (head dim 64): B K-major
 }

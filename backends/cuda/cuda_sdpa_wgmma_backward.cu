@@ -85,18 +85,12 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
   __syncthreads();
-  const uint32_t q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs),
-                 k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp), d_out(dOs, group, warp);
   float s[kN / 8][4], dp[kN / 8][4];
   const auto issue_sdp = [&](int it) {  // S(it) = Q K(it)^T, dP(it) = dO V(it)^T
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(k_at + k_buffer(it), kN, 0, kk), kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(dp, wgmma::k_major(do_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(v_at + v_buffer(it), kN, 0, kk), kk > 0);
+    q.template times_transposed<kN>(s, k_at + k_buffer(it));
+    d_out.template times_transposed<kN>(dp, v_at + v_buffer(it));
     wgmma::commit();
   };
   if (n_tiles > 0) {
@@ -214,18 +208,12 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
   __syncthreads();
-  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs),
-                 q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs);
+  const uint32_t q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs);
+  const wg::RowOperand<S, kKeys, kD> k_op(Ks, group, warp), v_op(Vs, group, warp);
   float st[kN / 8][4], dpt[kN / 8][4];   // S^T and dP^T: keys x queries
   const auto issue_sdp = [&](int buf) {  // S^T = K Q^T, dP^T = V dO^T of the tile in buf
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(st, wgmma::k_major(k_at, kKeys, wg::kGroupRows * group, kk),
-                               wgmma::k_major(q_at + buf * kTileBytes, kN, 0, kk), kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(dpt, wgmma::k_major(v_at, kKeys, wg::kGroupRows * group, kk),
-                               wgmma::k_major(do_at + buf * kTileBytes, kN, 0, kk), kk > 0);
+    k_op.template times_transposed<kN>(st, q_at + buf * kTileBytes);
+    v_op.template times_transposed<kN>(dpt, do_at + buf * kTileBytes);
     wgmma::commit();
   };
   if (n_tiles > 0) {

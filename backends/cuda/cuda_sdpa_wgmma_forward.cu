@@ -159,14 +159,11 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
   __syncthreads();
-  const uint32_t q_at = wgmma::shared_address(Qs), k_at = wgmma::shared_address(Ks),
-                 v_at = wgmma::shared_address(Vs);
+  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
   float s[kN / 8][4];
+  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp);
   const auto issue_s = [&](int it) {  // S(it) = Q K(it)^T
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(k_at + (it & 1) * kTileBytes, kN, 0, kk), kk > 0);
+    q.template times_transposed<kN>(s, k_at + (it & 1) * kTileBytes);
     wgmma::commit();
   };
   if (n_tiles > 0) {
@@ -317,15 +314,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   wgmma::named_sync(ws::kQ, ws::kConsumers);
   // The first turn is group 0's.
   if (group == 1) wgmma::named_arrive(ws::kTurn, 2 * wg::kGroupThreads);
-  const uint32_t q_at = wgmma::shared_address(Qs), k_at = wgmma::shared_address(Ks),
-                 v_at = wgmma::shared_address(Vs);
+  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
   const int64_t hi = keys.hi;
   float s[kN / 8][4];
+  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp);
   const auto issue_s = [&](int it) {  // S(it) = Q K(it)^T
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::product_ss<S, kN>(s, wgmma::k_major(q_at, kBlockRows, wg::kGroupRows * group, kk),
-                               wgmma::k_major(k_at + (it & 1) * kTileBytes, kN, 0, kk), kk > 0);
+    q.template times_transposed<kN>(s, k_at + (it & 1) * kTileBytes);
     wgmma::commit();
   };
   if (n_tiles > 0) {

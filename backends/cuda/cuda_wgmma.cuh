@@ -76,15 +76,15 @@ namespace tg::cuda::wgmma {
                "}, " A_ ", " B_ ", p, 1, 1, 0, 0;\n}\n"                                           \
                : TG_WGMMA_F##N(d)                                                                 \
                : "l"(a), "l"(b), "r"(acc))
-// d += A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory MN-major
-// (transposed: imm-trans-b 1).
-#define TG_WGMMA_RS(N, type, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b)                               \
+// d (+)= A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory, MN-major
+// (transposed: TB "1") or K-major (TB "0").
+#define TG_WGMMA_RS(N, type, TB, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b, acc)                      \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                           \
                ", 0;\n"                                                                           \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
-               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, 1;\n}\n"                \
+               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, " TB ";\n}\n"           \
                : TG_WGMMA_F##N(d)                                                                 \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1u))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
 
 __device__ __forceinline__ void fence() {
 #if TG_WGMMA_ARCH
@@ -179,37 +179,52 @@ __device__ __forceinline__ void product_ss(float (&d)[kN / 8][4], uint64_t a, ui
 #endif
 }
 
-// d += A B for a warpgroup: A (64 x 16) from registers (this warp's 16 rows, mma.m16n8k16's A
-// fragment), B (16 x kN, kN 64, 128 or 256) MN-major in shared memory, described by b.
+// d (+)= A B for a warpgroup: A (64 x 16) from registers (this warp's 16 rows, mma.m16n8k16's A
+// fragment), B (16 x kN, kN 64, 128 or 256) in shared memory, MN-major (kMnMajorB: transposed
+// by the hardware, as V in O = P V) or K-major (as K in S = Q K^T), described by b; accumulate
+// false overwrites d.
+template <class S, int kN, bool kMnMajorB>
+__device__ __forceinline__ void product_rs_any(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                               uint64_t b, bool accumulate) {
+#if TG_WGMMA_ARCH
+  const uint32_t acc = accumulate ? 1u : 0u;
+  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
+#define TG_WGMMA_RS_TYPES(N, ...)                           \
+  if constexpr (kBf16 && kMnMajorB) {                       \
+    TG_WGMMA_RS(N, "bf16", "1", __VA_ARGS__, d, a, b, acc); \
+  } else if constexpr (kBf16) {                             \
+    TG_WGMMA_RS(N, "bf16", "0", __VA_ARGS__, d, a, b, acc); \
+  } else if constexpr (kMnMajorB) {                         \
+    TG_WGMMA_RS(N, "f16", "1", __VA_ARGS__, d, a, b, acc);  \
+  } else {                                                  \
+    TG_WGMMA_RS(N, "f16", "0", __VA_ARGS__, d, a, b, acc);  \
+  }
+  if constexpr (kN == 64) {
+    TG_WGMMA_RS_TYPES(64, "%32", "%33", "%34", "%35", "%36", "%37")
+  } else if constexpr (kN == 128) {
+    TG_WGMMA_RS_TYPES(128, "%64", "%65", "%66", "%67", "%68", "%69")
+  } else {
+    static_assert(kN == 256, "product_rs: 64, 128 or 256 columns");
+    TG_WGMMA_RS_TYPES(256, "%128", "%129", "%130", "%131", "%132", "%133")
+  }
+#undef TG_WGMMA_RS_TYPES
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// d += A B, B MN-major (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q).
 template <class S, int kN>
 __device__ __forceinline__ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4],
                                            uint64_t b) {
-#if TG_WGMMA_ARCH
-  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
-  if constexpr (kN == 64) {
-    if constexpr (kBf16) {
-      TG_WGMMA_RS(64, "bf16", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b);
-    } else {
-      TG_WGMMA_RS(64, "f16", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b);
-    }
-  } else if constexpr (kN == 128) {
-    if constexpr (kBf16) {
-      TG_WGMMA_RS(128, "bf16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
-    } else {
-      TG_WGMMA_RS(128, "f16", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b);
-    }
-  } else {
-    static_assert(kN == 256, "product_rs: 64, 128 or 256 columns");
-    if constexpr (kBf16) {
-      TG_WGMMA_RS(256, "bf16", "%128", "%129", "%130", "%131", "%132", "%133", d, a, b);
-    } else {
-      TG_WGMMA_RS(256, "f16", "%128", "%129", "%130", "%131", "%132", "%133", d, a, b);
-    }
-  }
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
+  product_rs_any<S, kN, true>(d, a, b, true);
+}
+// d (+)= A B, B K-major (S = Q K^T and dP = dO V^T with Q and dO held in registers).
+template <class S, int kN>
+__device__ __forceinline__ void product_rs_kmajor(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                                  uint64_t b, bool accumulate) {
+  product_rs_any<S, kN, false>(d, a, b, accumulate);
 }
 
 #endif  // TG_CUDA_EMULATION

@@ -135,14 +135,14 @@ void product_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) 
   });
 }
 
-template <class S, int kN>
-void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
+template <class S, int kN, bool kMnMajorB>
+void product_rs_any(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   using namespace emulated;
   ::tg::cuda_emulator::note_warpgroup_product();
   float(*dp)[4] = d;
   const uint32_t* ap = a;
-  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b] {
-    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, 1});
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b, accumulate] {
+    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u});
     const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
     // A's registers: mma.m16n8k16's layout for the warp's 16 rows (mma.h's mma_16816).
     const auto A = [&](unsigned r, unsigned c) {
@@ -151,9 +151,19 @@ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
       return mma::emulated::widen<S>(mma::emulated::half_of(
           x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
     };
-    multiply<kN>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), true, A,
-                 [&](unsigned k, unsigned n) { return value_at<S>(mn_major_at(db, k, n)); });
+    multiply<kN>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate, A,
+                 [&](unsigned k, unsigned n) {
+                   return value_at<S>(kMnMajorB ? mn_major_at(db, k, n) : k_major_at(db, n, k));
+                 });
   });
+}
+template <class S, int kN>
+void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
+  product_rs_any<S, kN, true>(d, a, b, true);
+}
+template <class S, int kN>
+void product_rs_kmajor(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  product_rs_any<S, kN, false>(d, a, b, accumulate);
 }
 
 }  // namespace tg::cuda::wgmma

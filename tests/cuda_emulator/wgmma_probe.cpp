@@ -16,10 +16,11 @@ bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result&
   out.ss.assign(kM * kM, 0.0f);
   out.rs.assign(kM * kK, 0.0f);
   out.rs_half.assign(kM * kHalf, 0.0f);
+  out.rs_k.assign(kM * kM, 0.0f);
   const auto* pa = reinterpret_cast<const S*>(a.data());
   const auto* pb = reinterpret_cast<const S*>(b.data());
   tg::cuda_emulator::launch(1, 128, kSmem, [&] {
-    probe_kernel(pa, pb, out.ss.data(), out.rs.data(), out.rs_half.data());
+    probe_kernel(pa, pb, out.ss.data(), out.rs.data(), out.rs_half.data(), out.rs_k.data());
   });
   return true;
 }
