@@ -8,12 +8,14 @@
 //
 // What differs: a block is two warpgroups of 64 query rows (128 rows, eight warps), and each
 // group's products are two chains of warpgroup products: S = Q K^T (64 rows by 128 keys, 64
-// above head dim 128; both from shared memory) and O += P V (P from the score registers rounded
-// to 16 bits, as in FlashAttention-3; V from shared memory, transposed by the hardware).
-// mma.sync's products read every K and V fragment once per warp through ldmatrix; a warpgroup
-// product reads them once for four warps, without the registers. Q, K and V tiles are stored in
-// the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async as before, and the loop is
-// pipelined (below). Not yet run on a GPU: cuda_sdpa_wgmma() turns it off.
+// above head dim 128; Q from registers at head dim 64, else both from shared memory:
+// wg::RowOperand) and O += P V (P from the score registers rounded to 16 bits, as in
+// FlashAttention-3; V from shared memory, transposed by the hardware). mma.sync's products read
+// every K and V fragment once per warp through ldmatrix; a warpgroup product reads them once for
+// four warps, without the registers. Q, K and V tiles are stored in the 128-byte swizzle mode
+// (wgmma_layout.h), copied by cp.async as before, and the loop is pipelined (below); a second
+// kernel, warp-specialised, copies with a producer warpgroup instead (further below). Not yet
+// run on a GPU: cuda_sdpa_wgmma() turns them off.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
