@@ -23,6 +23,11 @@ using namespace sdpamma;
 
 namespace {
 
+// A shared-memory array of the emulator's size for the checks below (each kernel file has its
+// own; cuda_emulator/runtime.h).
+alignas(1024) unsigned char g_shared[cuda_emulator::kEmulatedSharedArray];
+const bool g_registered = cuda_emulator::register_shared(g_shared, sizeof g_shared);
+
 // Forward and backward on the emulated kernels, laid out as tg::sdpa_forward / sdpa_backward
 // lay out theirs; every result starts as NaN, so an element the kernels skip shows.
 std::pair<SdpaResult, SdpaGrads> run_emulated(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -151,6 +156,29 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
           std::memcpy(&other, all + emu::kSlot * static_cast<size_t>(lane ^ 1), sizeof other);
           if (other != (lane ^ 1)) fail("test", "lane ", lane, " read ", other);
         }) == "");
+  // A warpgroup product's read (shared_at) of bytes a cp.async copy landed in: a fault until
+  // the copying thread runs fence.proxy.async.
+  const auto proxy = [](bool fenced) -> std::string {
+    alignas(16) static unsigned char src[16];
+    try {
+      emu::launch(1, 32, 64, [&] {
+        if (const unsigned t = emu::thread_idx().x; t < 4) {  // chunk t, by thread t
+          emu::async_copy_16(g_shared + 16 * t, src, true);
+          emu::async_commit();
+          emu::async_wait(0);
+          if (fenced) emu::fence_proxy_async();
+        }
+        emu::sync_block();
+        emu::shared_at(emu::shared_offset(g_shared + 16), 16);
+      });
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(proxy(false).find("a warpgroup product read shared memory at 16, where thread 1's "
+                          "cp.async copy landed with no fence.proxy.async") != std::string::npos);
+  CHECK(proxy(true) == "");
   // A hand-over through named barriers: warp 1 writes, then arrives; warp 0 waits, then reads.
   static int handed[32];
   CHECK(message([] {

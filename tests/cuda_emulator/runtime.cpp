@@ -56,6 +56,8 @@ struct Groups {
   }
 };
 
+struct Shared;  // a registered shared-memory array (below)
+
 struct Work {  // a deferred warpgroup product: the accumulators it writes, and itself
   float* d;
   std::function<void()> run;
@@ -73,6 +75,7 @@ struct Fiber {
   Groups<Copy> copies;
   Groups<Work> work;  // deferred (defer), with the accumulators it writes saved and poisoned
   std::vector<std::pair<float*, std::vector<float>>> saved;
+  std::vector<std::pair<Shared*, size_t>> unfenced;  // chunks its copies landed in, unfenced
 };
 
 struct WarpState {
@@ -86,6 +89,9 @@ struct WarpState {
 struct Shared {
   unsigned char* data;
   size_t bytes;
+  // Per 16-byte chunk, the thread whose cp.async copy landed there and which has not run
+  // fence.proxy.async since (-1: none): warpgroup products must not read it (shared_at).
+  std::vector<int32_t> unfenced;
 };
 
 constexpr unsigned kNamedBarriers = 16;
@@ -204,7 +210,10 @@ std::string waiting(const State& s) {
 }
 
 void run_block(State& s, size_t shared_bytes) {
-  for (const Shared& a : shared_arrays()) std::memset(a.data, 0xff, a.bytes);
+  for (Shared& a : shared_arrays()) {
+    std::memset(a.data, 0xff, a.bytes);
+    std::fill(a.unfenced.begin(), a.unfenced.end(), -1);
+  }
   const unsigned n = s.bdim.x;
   s.warps.assign(n / 32, WarpState{});
   s.block_arrived = 0;
@@ -219,6 +228,7 @@ void run_block(State& s, size_t shared_bytes) {
     f.copies.clear();
     f.work.clear();
     f.saved.clear();
+    f.unfenced.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStack;
@@ -286,7 +296,7 @@ void set_schedule(Order order, Copies copies) {
 }
 
 bool register_shared(unsigned char* data, size_t bytes) {
-  shared_arrays().push_back({data, bytes});
+  shared_arrays().push_back({data, bytes, std::vector<int32_t>((bytes + 15) / 16, -1)});
   return true;
 }
 
@@ -370,7 +380,21 @@ uint32_t shared_offset(const void* p) {
 const unsigned char* shared_at(uint32_t offset, size_t bytes) {
   TG_CHECK(g_addressed && offset + bytes <= g_addressed->bytes, "cuda emulator",
            "a shared address past the array: ", offset);
+  for (size_t c = offset / 16; c * 16 < offset + bytes; ++c) {
+    const int32_t writer = g_addressed->unfenced[c];
+    TG_CHECK(writer < 0, "cuda emulator", "a warpgroup product read shared memory at ", offset,
+             ", where thread ", writer,
+             "'s cp.async copy landed with no fence.proxy.async by that thread since");
+  }
   return g_addressed->data + offset;
+}
+
+void fence_proxy_async() {
+  Fiber& f = me();
+  const auto tid = static_cast<int32_t>(f.tid.x);
+  for (const auto& [array, chunk] : f.unfenced)
+    if (array->unfenced[chunk] == tid) array->unfenced[chunk] = -1;
+  f.unfenced.clear();
 }
 
 void sync_block() {
@@ -444,11 +468,21 @@ const unsigned char* warp_exchange(const char* what, const void* in, size_t byte
 }
 
 namespace {
+// A copy lands, by the thread that issued it (unfenced until that thread's fence_proxy_async).
 void land(const Copy& c) {
   if (c.valid) {
     std::memcpy(c.dst, c.src, 16);
   } else {
     std::memset(c.dst, 0, 16);
+  }
+  const auto* b = static_cast<const unsigned char*>(c.dst);
+  for (Shared& a : shared_arrays()) {
+    if (b >= a.data && b < a.data + a.bytes) {
+      const size_t chunk = static_cast<size_t>(b - a.data) / 16;
+      a.unfenced[chunk] = static_cast<int32_t>(me().tid.x);
+      me().unfenced.emplace_back(&a, chunk);
+      return;
+    }
   }
 }
 }  // namespace

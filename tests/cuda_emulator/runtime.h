@@ -1,11 +1,12 @@
 // A CPU emulator of the CUDA execution model, enough to run the tensor-core SDPA kernels
 // (backends/cuda/cuda_sdpa_mma_*.cu) without a GPU: each thread of a block is a fiber, the
 // block's threads run one at a time on the calling thread until each reaches a barrier
-// (__syncthreads, or a warp-wide collective: shuffles, ldmatrix, mma), and blocks run one after
-// another. It checks what a GPU would leave undefined: a barrier some threads never reach (a
-// deadlock, reported instead of hanging), a lane that exits while its warp waits in a
-// collective, cp.async copies still in flight at exit, shared memory written past the launch's
-// size or read before any write (it starts as NaN bytes).
+// (__syncthreads, a named barrier, or a warp-wide collective: shuffles, ldmatrix, mma), and
+// blocks run one after another. It checks what a GPU would leave undefined: a barrier some
+// threads never reach (a deadlock, reported instead of hanging), a lane that exits while its
+// warp waits in a collective, cp.async copies still in flight at exit, shared memory written
+// past the launch's size or read before any write (it starts as NaN bytes), a warpgroup
+// product reading a copy's bytes before the copying thread's fence.proxy.async.
 //
 // It checks the kernels' logic (indices, fragments, masks, the copy pipeline's order), not their
 // speed nor the hardware's rounding: mma sums exactly and rounds once, ex2.approx is exp2.
@@ -83,9 +84,14 @@ void wait_deferred(int pending);
 
 // A shared address (wgmma's descriptors hold them): p's offset in the registered array it lies
 // in, which becomes the array that shared_at() reads; and the `bytes` bytes at such an offset.
-// A pointer outside every array, or bytes past the array, are faults.
+// A pointer outside every array, or bytes past the array, are faults; so are bytes where a
+// cp.async copy landed whose thread has not run fence_proxy_async() since (the products read
+// through the async proxy, which sees such writes only after that fence; plain stores are not
+// tracked).
 uint32_t shared_offset(const void* p);
 const unsigned char* shared_at(uint32_t offset, size_t bytes);
+// fence.proxy.async by the calling thread: its landed copies become visible to the products.
+void fence_proxy_async();
 
 // __syncthreads().
 void sync_block();

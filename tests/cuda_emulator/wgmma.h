@@ -103,7 +103,7 @@ template <int kPending>
 void wait() {
   ::tg::cuda_emulator::wait_deferred(kPending);
 }
-inline void fence_async_shared() {}
+inline void fence_async_shared() { ::tg::cuda_emulator::fence_proxy_async(); }
 inline void named_sync(int id, int count) {
   ::tg::cuda_emulator::named_sync(static_cast<unsigned>(id), static_cast<unsigned>(count));
 }
