@@ -69,10 +69,11 @@ void set_cuda_sdpa_deterministic(bool on);
 bool cuda_sdpa_wgmma();
 void set_cuda_sdpa_wgmma(bool on);
 
-// Which forward kernel the warpgroup products run at head dims up to 128, a tuning setting until
-// both have been timed on such a device: a producer warpgroup copying K and V while the two
-// groups that multiply take turns (FlashAttention-3's warp specialisation, true), or every
-// group copying its share and all meeting at a block barrier each tile (false). Until set,
+// Which kernels the warpgroup products run for the forward (head dims up to 128) and the
+// backward's dQ pass, a tuning setting until both kinds have been timed on such a device: a
+// producer warpgroup copying K and V while the two groups that multiply take turns
+// (FlashAttention-3's warp specialisation, true), or every group copying its share and all
+// meeting at a block barrier each tile (false). Until set,
 // TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER ("1" or "0") decides, read on every call, else false.
 // Anything else is an error.
 bool cuda_sdpa_wgmma_producer();

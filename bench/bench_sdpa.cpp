@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       g_device = tg::kCUDA;
       std::printf(
           "cuda_sdpa\ttensor cores %s, warp rows %d (0: automatic), dQ %s, warpgroup products "
-          "%s, their forward %s\n",
+          "%s, their forward and dQ pass %s\n",
           tg::cuda_sdpa_tensor_cores() ? "on" : "off", tg::cuda_sdpa_warp_rows(),
           tg::cuda_sdpa_deterministic() ? "in its own pass (deterministic)"
                                         : "summed by the dK/dV pass (atomic adds)",

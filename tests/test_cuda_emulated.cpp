@@ -268,14 +268,17 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
 TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CPU") {
   // Plain options only (plain_config), the kernels counted in the launches: each once for each
   // of run_both_orders' two runs (above head dim 128, the forward alone: the backward runs
-  // mma.sync), and not at all when switched off. Both forwards at head dims up to 128: with a
-  // producer warpgroup in every other random configuration, and in both ways in the long ones.
+  // mma.sync), and not at all when switched off. Both kinds of forward and dQ pass at head dims
+  // up to 128: with a producer warpgroup in every other random configuration, and in both ways
+  // in the long ones.
   const auto wgmma_launches = [](bool producer) {
     const auto& names = cuda_emulator::launched();
     int n = 0;
     for (const char* kernel :
          {producer ? "sdpa wgmma forward kernel with a producer" : "sdpa wgmma forward kernel",
-          "sdpa wgmma backward dq kernel", "sdpa wgmma backward dk/dv kernel"})
+          producer ? "sdpa wgmma backward dq kernel with a producer"
+                   : "sdpa wgmma backward dq kernel",
+          "sdpa wgmma backward dk/dv kernel"})
       n += std::count(names.begin(), names.end(), std::string(kernel)) == 2;
     return n + std::count_if(names.begin(), names.end(), [](const std::string& name) {
              return name.find("wgmma") != std::string::npos;

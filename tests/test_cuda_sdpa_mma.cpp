@@ -65,8 +65,8 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
   // two passes to the kernels of cuda_sdpa_wgmma_*.cu on a device of compute capability 9.0
   // (elsewhere the mma.sync kernels run, and this checks them again); then sequences of many
   // key and query tiles, causal in both alignments, with GQA, at head dims 64, 128 and 256 (the
-  // forward alone on warpgroup products). Both forwards at head dims up to 128: with a producer
-  // warpgroup in every other random configuration, and in both ways in the long ones.
+  // forward alone on warpgroup products). Both kinds of forward and dQ pass at head dims up to
+  // 128: with a producer warpgroup in every other random configuration, both in the long ones.
   TensorCores on(true);
   const Wgmma wgmma(true);
   std::mt19937_64 rng(2034);

@@ -171,7 +171,7 @@ TEST_CASE("tensor-core SDPA's warpgroup products: off by default, \"1\" or \"0\"
   set_cuda_sdpa_wgmma(false);
 }
 
-TEST_CASE("the warpgroup products' forward with a producer: off by default, \"1\" or \"0\"") {
+TEST_CASE("the warpgroup products' kernels with a producer: off by default, \"1\" or \"0\"") {
   CHECK(!cuda_sdpa_wgmma_producer());  // the test environment sets nothing
   setenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", "1", 1);
   CHECK(cuda_sdpa_wgmma_producer());

@@ -34,6 +34,46 @@ template <class S, int kD>
 constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 6 * kWalk64) * kD * sizeof(S) +
                                6 * kWalk64 * sizeof(float);
 
+// A warp's 16 query rows in a dQ pass (two a thread): their statistics and D = rowsum(dO O).
+struct DqRows {
+  int64_t row_w;
+  float scale_log2, dl[2], lse_log2[2];
+  template <class S>
+  __device__ __forceinline__ DqRows(const Args<float, S>& a, const QueryBlock& qb, int64_t row)
+      : row_w(row), scale_log2(a.scale * kLog2e) {
+    const SdpaSequence& sq = qb.sq;
+    const int64_t row_base = (qb.b * a.Hq + qb.h) * a.Sq;  // delta's rows
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row_w + frag_row(2 * r);
+      lse_log2[r] = i < sq.rows_q ? a.stat(qb.b, qb.h, sq.q0 + i) * kLog2e : kNegInf;
+      dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
+    }
+  }
+  // S (raw products of keys j0 ..) into dS = P (dP - D) in place; 0 where a row sees no key.
+  template <int kN, class S>
+  __device__ __forceinline__ void scores_to_ds(const Args<float, S>& a, const SdpaSequence& sq,
+                                               int64_t hi, int64_t j0, float (&s)[kN / 8][4],
+                                               const float (&dp)[kN / 8][4]) const {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
+        s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
+      }
+    }
+    if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, 0.0f);
+  }
+  // dQ's rows, scaled.
+  template <int kD, class S>
+  __device__ __forceinline__ void store(const Args<float, S>& a, const QueryBlock& qb,
+                                        const float (&dq)[kD / 8][4]) const {
+    const float scale[2] = {a.scale, a.scale};
+    store_rows<S, kD>(a.dq, a.dqs, qb.b, qb.h, qb.sq.q0, row_w, qb.sq.rows_q, a.Dqk, dq, scale);
+  }
+};
+
 // The dQ pass, pipelined as the forward (cuda_sdpa_wgmma_forward.cu): dS of tile j is computed
 // while dQ += dS(j - 1) K(j - 1) runs, and the products of tile j + 1 are issued with dS(j) K(j).
 // K(j) serves two steps' products (S(j), then dS(j) K(j)), so it has three buffers. Per tile j,
@@ -59,7 +99,6 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;
   const int64_t q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
-  const int64_t row_base = (b * a.Hq + h) * a.Sq;  // delta's rows
   using Rows = Swizzled<S, kBlockRows>;
   load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
                                                    q_end, a.Dqk, nullptr, vec.q);
@@ -102,29 +141,13 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma::fence_operand(dp);
   }
 
-  float dl[2], lse_log2[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = row_w + frag_row(2 * r);
-    lse_log2[r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) * kLog2e : kNegInf;
-    dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
-  }
-  const float scale_log2 = a.scale * kLog2e;
+  const DqRows rows(a, qb, row_w);
   float dq[kD / 8][4] = {};
   AFragments<S, kN> df;
   wgmma::fence_operand(dq);  // its zeros set here: set later, they made ptxas serialize
   for (int it = 0; it < n_tiles; ++it) {
     // 1. dS = P (dP - D), as backward_dq_kernel's plain path; 0 for the keys a row does not see.
-    const int64_t j0 = keys.first_key(it);
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
-        s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
-      }
-    }
-    if (!interior(a, sq, row_w, 16, hi, j0, kN)) hide_unseen<kN>(a, sq, row_w, hi, j0, s, 0.0f);
+    rows.scores_to_ds<kN>(a, sq, hi, keys.first_key(it), s, dp);
     // 2.
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
@@ -153,8 +176,159 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   wgmma::wait<0>();
   wgmma::fence_operand(dq);
   mma::cp_async_wait<0>();  // the last, empty group of copies
-  const float scale[2] = {a.scale, a.scale};
-  store_rows<S, kD>(a.dq, a.dqs, b, h, sq.q0, row_w, sq.rows_q, a.Dqk, dq, scale);
+  rows.store<kD>(a, qb, dq);
+}
+
+// The dQ pass, warp-specialised as the forward's second kernel (cuda_sdpa_wgmma_forward.cu): a
+// producer group copies K and V into their three and two buffers, the consumers take turns
+// issuing their products, named barriers hand the buffers over. K(j) is free once
+// dQ += dS(j) K(j) is done (the consumers' tile j + 1), V(j) once dP(j) is (their tile j - 1).
+// Before the producer waits for a buffer, it announces the copies it has issued: every tile
+// the consumers need before they free that buffer is then visible to them.
+namespace dq_ws {
+constexpr int kFullK = 1, kFullV = 4, kEmptyK = 6, kEmptyV = 9;  // + buffer (3 K, 2 V)
+constexpr int kTurn = 11;                                        // + group
+constexpr int kRows = 13;  // the consumers' copies of Q and dO landed
+}  // namespace dq_ws
+
+template <class S, int kD>
+__global__ void __launch_bounds__(wg::ws::kThreads, 1)
+    wgmma_dq_ws_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
+  namespace ws = wg::ws;
+  constexpr int kN = kWalk64;
+  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);
+  constexpr int kAll = ws::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
+  S* dOs = Qs + kBlockRows * kD;
+  S* Ks = dOs + kBlockRows * kD;  // three buffers of kN rows
+  S* Vs = Ks + 3 * kN * kD;       // two buffers
+  const QueryBlock qb = query_block(a, kBlockRows);
+  const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
+  const SdpaSequence& sq = qb.sq;
+  if (i0 >= sq.rows_q) return;
+  const int group = wg::group(), warp = wg::warp_in_group();
+  const int64_t row_g = i0 + wg::kGroupRows * group, row_w = row_g + 16 * warp;
+  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
+  const int n_tiles = keys.n;
+
+  if (group == 2) {  // the producer: K(0), V(0), K(1), V(1), ...
+    wgmma::lower_registers<ws::kProducerRegisters>();
+    const int64_t kv_end = sq.kv0 + sq.rows_kv;
+    const unsigned thread = threadIdx.x - ws::kConsumers;
+    const S* k_rows = slice(a.k, a.ks, b, qb.hk);
+    const S* v_rows = slice(a.v, a.vs, b, qb.hk);
+    int pending = -1;  // the copy group issued and not yet announced: 2 t (K(t)) or 2 t + 1
+    const auto announce = [&](int g) {
+      wgmma::fence_async_shared();
+      wgmma::named_arrive(g % 2 ? dq_ws::kFullV + (g / 2) % 2 : dq_ws::kFullK + (g / 2) % 3, kAll);
+    };
+    for (int g = 0; g < 2 * n_tiles; ++g) {
+      const int t = g / 2, buffers = g % 2 ? 2 : 3;
+      if (t >= buffers) {
+        if (pending >= 0) {
+          mma::cp_async_wait<0>();
+          announce(pending);
+          pending = -1;
+        }
+        wgmma::named_sync((g % 2 ? dq_ws::kEmptyV : dq_ws::kEmptyK) + t % buffers, kAll);
+      }
+      load_rows<S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
+          (g % 2 ? Vs : Ks) + (t % buffers) * kN * kD, g % 2 ? v_rows : k_rows, g % 2 ? a.vs : a.ks,
+          sq.kv0 + keys.first_key(t), kv_end, g % 2 ? a.Dv : a.Dqk, nullptr, g % 2 ? vec.v : vec.k,
+          thread);
+      mma::cp_async_commit();
+      if (pending >= 0) {
+        mma::cp_async_wait<1>();
+        announce(pending);
+      }
+      pending = g;
+    }
+    mma::cp_async_wait<0>();
+    if (pending >= 0) announce(pending);
+    // The consumers' arrivals for the buffers no copy waited for: the last three K, two V.
+    for (int t = n_tiles > 3 ? n_tiles - 3 : 0; t < n_tiles; ++t)
+      wgmma::named_sync(dq_ws::kEmptyK + t % 3, kAll);
+    for (int t = n_tiles > 2 ? n_tiles - 2 : 0; t < n_tiles; ++t)
+      wgmma::named_sync(dq_ws::kEmptyV + t % 2, kAll);
+    return;
+  }
+
+  wgmma::raise_registers<ws::kConsumerRegisters>();
+  const int64_t q_end = sq.q0 + sq.rows_q;
+  using Rows = Swizzled<S, kBlockRows>;
+  load_rows<S, kD, kBlockRows, ws::kConsumers, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
+                                                     q_end, a.Dqk, nullptr, vec.q);
+  load_rows<S, kD, kBlockRows, ws::kConsumers, Rows>(dOs, slice(a.dout, a.dos, b, h), a.dos,
+                                                     sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+  mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  wgmma::named_sync(dq_ws::kRows, ws::kConsumers);
+  if (group == 1) wgmma::named_arrive(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 0 first
+  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+  const auto k_buffer = [](int it) { return static_cast<uint32_t>(it % 3) * kTileBytes; };
+  const auto v_buffer = [](int it) { return static_cast<uint32_t>(it & 1) * kTileBytes; };
+  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp), d_out(dOs, group, warp);
+  float s[kN / 8][4], dp[kN / 8][4];
+  const auto issue_sdp = [&](int it) {  // S(it) = Q K(it)^T, dP(it) = dO V(it)^T
+    q.template times_transposed<kN>(s, k_at + k_buffer(it));
+    d_out.template times_transposed<kN>(dp, v_at + v_buffer(it));
+    wgmma::commit();
+  };
+  if (n_tiles > 0) {
+    wgmma::named_sync(dq_ws::kFullK, kAll);
+    wgmma::named_sync(dq_ws::kFullV, kAll);
+    wgmma::fence();
+    issue_sdp(0);
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
+    wgmma::named_arrive(dq_ws::kEmptyV, kAll);
+  }
+  const DqRows rows(a, qb, row_w);
+  const int64_t hi = keys.hi;
+  float dq[kD / 8][4] = {};
+  AFragments<S, kN> df;
+  wgmma::fence_operand(dq);
+  for (int it = 0; it < n_tiles; ++it) {
+    // 1. dS(it) in place
+    rows.scores_to_ds<kN>(a, sq, hi, keys.first_key(it), s, dp);
+    // 2. dQ += dS(it - 1) K(it - 1) done, and with it K(it - 1)'s buffer; dS(it) into registers
+    wgmma::wait<0>();
+    wgmma::fence_operand(dq);
+    if (it > 0) wgmma::named_arrive(dq_ws::kEmptyK + (it - 1) % 3, kAll);
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
+    // 3. K(it + 1) and V(it + 1) copied
+    const bool more = it + 1 < n_tiles;
+    if (more) {
+      wgmma::named_sync(dq_ws::kFullK + (it + 1) % 3, kAll);
+      wgmma::named_sync(dq_ws::kFullV + (it + 1) % 2, kAll);
+    }
+    // 4. in this group's turn: S(it + 1) and dP(it + 1) (tile it's again at the last: no product
+    // under a branch), then dQ += dS(it) K(it); the turn to the other group; wait for the
+    // first two, whose V buffer is then free.
+    wgmma::named_sync(dq_ws::kTurn + group, 2 * wg::kGroupThreads);
+    wgmma::fence_operand(dq);
+    wgmma::fence();
+    issue_sdp(more ? it + 1 : it);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + k_buffer(it), kN, kk));
+    wgmma::commit();
+    wgmma::named_arrive(dq_ws::kTurn + 1 - group, 2 * wg::kGroupThreads);
+    wgmma::wait<1>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
+    if (more) wgmma::named_arrive(dq_ws::kEmptyV + (it + 1) % 2, kAll);
+  }
+  wgmma::wait<0>();
+  wgmma::fence_operand(dq);
+  if (n_tiles > 0) wgmma::named_arrive(dq_ws::kEmptyK + (n_tiles - 1) % 3, kAll);
+  if (group == 0) wgmma::named_sync(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 1's last
+  rows.store<kD>(a, qb, dq);
 }
 
 // The dK/dV pass, pipelined as the dQ pass: P^T and dS^T of tile j are computed while
@@ -312,9 +486,14 @@ bool wgmma_backward_dq(int device, const Args<float, S>& a, const Vectorized& ve
   return with_wgmma_width(device, a, [&](auto dim) {
     constexpr int kD = decltype(dim)::value;
     const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
-    if (blocks)
+    if (blocks == 0) return;
+    if (cuda_sdpa_wgmma_producer()) {
+      launch<wg::ws::kThreads>(wgmma_dq_ws_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
+                               "sdpa wgmma backward dq kernel with a producer", a, vec);
+    } else {
       launch<wg::kThreads>(wgmma_dq_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
                            "sdpa wgmma backward dq kernel", a, vec);
+    }
   });
 }
 

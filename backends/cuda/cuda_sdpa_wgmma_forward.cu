@@ -231,11 +231,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
 //     after P(j) V(j)), the producer waits on it before copying tile j + 2 into the buffer;
 //   turn (a group each): a group waits for its turn before issuing a tile's products and hands
 //     the turn to the other after.
-// The producer keeps 56 registers (setmaxnreg; with 40 its copies spilled), the consumers take
-// 224: 2 x 128 x 224 + 128 x 56 = 64,512, the 384 threads' launch share of 168 each.
+// Threads and registers as wg::ws says.
 namespace ws {
-constexpr int kThreads = 384, kConsumers = wg::kThreads;  // threads 0-255 multiply
-constexpr int kConsumerRegisters = 224, kProducerRegisters = 56;
+using wg::ws::kConsumerRegisters, wg::ws::kConsumers, wg::ws::kProducerRegisters, wg::ws::kThreads;
 constexpr int kFullK = 1, kFullV = 3, kEmptyK = 5, kEmptyV = 7;  // + buffer (0 or 1)
 constexpr int kTurn = 9;                                         // + group
 constexpr int kQ = 11;  // the consumers' copies of Q landed
