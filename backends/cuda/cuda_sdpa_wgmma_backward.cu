@@ -74,6 +74,39 @@ struct DqRows {
   }
 };
 
+// A group's products of a dQ pass from tile it's K and V (three K buffers, two V: K(j) serves
+// two steps' products, V(j) one): S = Q K^T and dP = dO V^T, and dQ += dS K.
+template <class S, int kD>
+struct DqProducts {
+  static constexpr int kN = kWalk64;
+  static constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one walked buffer
+  wg::RowOperand<S, kBlockRows, kD> q, d_out;
+  uint32_t k_at, v_at;
+  // Once Q's and dO's copies are visible to the group.
+  __device__ __forceinline__ DqProducts(S* Qs, S* dOs, S* Ks, S* Vs, int group, int warp)
+      : q(Qs, group, warp),
+        d_out(dOs, group, warp),
+        k_at(wgmma::shared_address(Ks)),
+        v_at(wgmma::shared_address(Vs)) {}
+  __device__ __forceinline__ uint32_t k_tile(int it) const {
+    return k_at + static_cast<uint32_t>(it % 3) * kTileBytes;
+  }
+  // S(it) and dP(it), committed.
+  __device__ __forceinline__ void scores(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
+                                         int it) const {
+    q.template times_transposed<kN>(s, k_tile(it));
+    d_out.template times_transposed<kN>(dp, v_at + static_cast<uint32_t>(it & 1) * kTileBytes);
+    wgmma::commit();
+  }
+  // dQ += dS(it) K(it), not committed.
+  __device__ __forceinline__ void dq(float (&d)[kD / 8][4], const AFragments<S, kN>& ds,
+                                     int it) const {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::product_rs<S, kD>(d, ds[kk], wgmma::mn_major(k_tile(it), kN, kk));
+  }
+};
+
 // The dQ pass, pipelined as the forward (cuda_sdpa_wgmma_forward.cu): dS of tile j is computed
 // while dQ += dS(j - 1) K(j - 1) runs, and the products of tile j + 1 are issued with dS(j) K(j).
 // K(j) serves two steps' products (S(j), then dS(j) K(j)), so it has three buffers. Per tile j,
@@ -87,7 +120,6 @@ template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWalk64;
-  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one walked buffer
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* dOs = Qs + kBlockRows * kD;
@@ -111,8 +143,6 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   const int n_tiles = keys.n;
   const S* k_rows = slice(a.k, a.ks, b, qb.hk);
   const S* v_rows = slice(a.v, a.vs, b, qb.hk);
-  const auto k_buffer = [](int it) { return static_cast<uint32_t>(it % 3) * kTileBytes; };
-  const auto v_buffer = [](int it) { return static_cast<uint32_t>(it & 1) * kTileBytes; };
   const auto load_kv = [&](int it) {
     const int64_t first = sq.kv0 + keys.first_key(it);
     load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(Ks + (it % 3) * kN * kD, k_rows, a.ks,
@@ -125,14 +155,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
   __syncthreads();
-  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
-  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp), d_out(dOs, group, warp);
+  const DqProducts<S, kD> products(Qs, dOs, Ks, Vs, group, warp);
   float s[kN / 8][4], dp[kN / 8][4];
-  const auto issue_sdp = [&](int it) {  // S(it) = Q K(it)^T, dP(it) = dO V(it)^T
-    q.template times_transposed<kN>(s, k_at + k_buffer(it));
-    d_out.template times_transposed<kN>(dp, v_at + v_buffer(it));
-    wgmma::commit();
-  };
+  const auto issue_sdp = [&](int it) { products.scores(s, dp, it); };
   if (n_tiles > 0) {
     wgmma::fence();
     issue_sdp(0);
@@ -165,9 +190,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma::fence();
     issue_sdp(it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + k_buffer(it), kN, kk));
+    products.dq(dq, df, it);
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operand(s);
@@ -196,7 +219,6 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
     wgmma_dq_ws_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   namespace ws = wg::ws;
   constexpr int kN = kWalk64;
-  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);
   constexpr int kAll = ws::kThreads;
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
@@ -266,16 +288,9 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
   wgmma::fence_async_shared();
   wgmma::named_sync(dq_ws::kRows, ws::kConsumers);
   if (group == 1) wgmma::named_arrive(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 0 first
-  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
-  const auto k_buffer = [](int it) { return static_cast<uint32_t>(it % 3) * kTileBytes; };
-  const auto v_buffer = [](int it) { return static_cast<uint32_t>(it & 1) * kTileBytes; };
-  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp), d_out(dOs, group, warp);
+  const DqProducts<S, kD> products(Qs, dOs, Ks, Vs, group, warp);
   float s[kN / 8][4], dp[kN / 8][4];
-  const auto issue_sdp = [&](int it) {  // S(it) = Q K(it)^T, dP(it) = dO V(it)^T
-    q.template times_transposed<kN>(s, k_at + k_buffer(it));
-    d_out.template times_transposed<kN>(dp, v_at + v_buffer(it));
-    wgmma::commit();
-  };
+  const auto issue_sdp = [&](int it) { products.scores(s, dp, it); };
   if (n_tiles > 0) {
     wgmma::named_sync(dq_ws::kFullK, kAll);
     wgmma::named_sync(dq_ws::kFullV, kAll);
@@ -314,9 +329,7 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
     wgmma::fence();
     issue_sdp(more ? it + 1 : it);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(dq, df[kk], wgmma::mn_major(k_at + k_buffer(it), kN, kk));
+    products.dq(dq, df, it);
     wgmma::commit();
     wgmma::named_arrive(dq_ws::kTurn + 1 - group, 2 * wg::kGroupThreads);
     wgmma::wait<1>();

@@ -37,6 +37,32 @@ constexpr int kWgKeys = kD <= 128 ? 128 : 64;
 template <class S, int kD>
 constexpr size_t smem_wgmma = wgmma::kAtomBytes + (kBlockRows + 4 * kWgKeys<kD>)*kD * sizeof(S);
 
+// A group's products of the forward from tile it's K and V (two buffers each): S = Q K^T and
+// O += P V.
+template <class S, int kD>
+struct ForwardProducts {
+  static constexpr int kN = kWgKeys<kD>;
+  static constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one K or V buffer
+  wg::RowOperand<S, kBlockRows, kD> q;
+  uint32_t k_at, v_at;
+  // Once Q's copies are visible to the group.
+  __device__ __forceinline__ ForwardProducts(S* Qs, S* Ks, S* Vs, int group, int warp)
+      : q(Qs, group, warp), k_at(wgmma::shared_address(Ks)), v_at(wgmma::shared_address(Vs)) {}
+  // S(it), committed.
+  __device__ __forceinline__ void scores(float (&s)[kN / 8][4], int it) const {
+    q.template times_transposed<kN>(s, k_at + static_cast<uint32_t>(it & 1) * kTileBytes);
+    wgmma::commit();
+  }
+  // O += P(it) V(it), not committed.
+  __device__ __forceinline__ void output(float (&o)[kD / 8][4], const AFragments<S, kN>& p,
+                                         int it) const {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::product_rs<S, kD>(
+          o, p[kk], wgmma::mn_major(v_at + static_cast<uint32_t>(it & 1) * kTileBytes, kN, kk));
+  }
+};
+
 // The online softmax of a warp's 16 rows (two a thread), on raw products; maxima and statistics
 // in log2 units, as forward_kernel keeps them.
 struct OnlineSoftmax {
@@ -121,7 +147,6 @@ template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_forward_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWgKeys<kD>;
-  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one K or V buffer
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* Ks = Qs + kBlockRows * kD;  // two buffers of kN rows
@@ -161,13 +186,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
   __syncthreads();
-  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
+  const ForwardProducts<S, kD> products(Qs, Ks, Vs, group, warp);
   float s[kN / 8][4];
-  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp);
-  const auto issue_s = [&](int it) {  // S(it) = Q K(it)^T
-    q.template times_transposed<kN>(s, k_at + (it & 1) * kTileBytes);
-    wgmma::commit();
-  };
+  const auto issue_s = [&](int it) { products.scores(s, it); };  // S(it) = Q K(it)^T
   if (n_tiles > 0) {
     wgmma::fence();
     issue_s(0);
@@ -205,9 +226,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma::fence();
     issue_s(it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(o, p[kk], wgmma::mn_major(v_at + (it & 1) * kTileBytes, kN, kk));
+    products.output(o, p, it);
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operand(s);
@@ -243,7 +262,6 @@ template <class S, int kD>
 __global__ void __launch_bounds__(ws::kThreads, 1)
     wgmma_forward_ws_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
   constexpr int kN = kWgKeys<kD>;
-  constexpr uint32_t kTileBytes = kN * kD * sizeof(S);
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* Ks = Qs + kBlockRows * kD;  // two buffers of kN rows
@@ -314,14 +332,10 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   wgmma::named_sync(ws::kQ, ws::kConsumers);
   // The first turn is group 0's.
   if (group == 1) wgmma::named_arrive(ws::kTurn, 2 * wg::kGroupThreads);
-  const uint32_t k_at = wgmma::shared_address(Ks), v_at = wgmma::shared_address(Vs);
   const int64_t hi = keys.hi;
+  const ForwardProducts<S, kD> products(Qs, Ks, Vs, group, warp);
   float s[kN / 8][4];
-  const wg::RowOperand<S, kBlockRows, kD> q(Qs, group, warp);
-  const auto issue_s = [&](int it) {  // S(it) = Q K(it)^T
-    q.template times_transposed<kN>(s, k_at + (it & 1) * kTileBytes);
-    wgmma::commit();
-  };
+  const auto issue_s = [&](int it) { products.scores(s, it); };  // S(it) = Q K(it)^T
   if (n_tiles > 0) {
     wgmma::named_sync(ws::kFullK, kAll);
     wgmma::fence();
@@ -357,9 +371,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     wgmma::fence();
     issue_s(more ? it + 1 : it);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::product_rs<S, kD>(o, p[kk], wgmma::mn_major(v_at + (it & 1) * kTileBytes, kN, kk));
+    products.output(o, p, it);
     wgmma::commit();
     wgmma::named_arrive(ws::kTurn + 1 - group, 2 * wg::kGroupThreads);
     wgmma::wait<1>();
