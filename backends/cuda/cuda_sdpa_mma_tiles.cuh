@@ -259,17 +259,30 @@ __device__ __forceinline__ void load_row_stats(const Args<float, S>& a, const Sd
   }
 }
 
-// Keys j0 .. j0 + kN - 1 of block q's key/value head into Ks and Vs (`at`: the forward's key
-// rows read through an index, else null).
+// Keys j0 .. j0 + kN - 1 of block q's key/value head: its key rows, or its value rows
+// (kValues), into dst (`at`: the forward's rows read through an index, else null), by the
+// `thread`-th of kThreads threads (as load_rows).
+template <bool kValues, class S, int kD, int kN, int kThreads = kBlockThreads,
+          class Tile = Pitched<S, kD>>
+__device__ __forceinline__ void load_kv_rows(const Args<float, S>& a, const QueryBlock& q, S* dst,
+                                             int64_t j0, const int64_t* at, const Vectorized& vec,
+                                             unsigned thread = threadIdx.x) {
+  const int64_t kv_end = q.sq.kv0 + q.sq.rows_kv;
+  if constexpr (kValues) {
+    load_rows<S, kD, kN, kThreads, Tile>(dst, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0,
+                                         kv_end, a.Dv, at, vec.v, thread);
+  } else {
+    load_rows<S, kD, kN, kThreads, Tile>(dst, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0,
+                                         kv_end, a.Dqk, at, vec.k, thread);
+  }
+}
+// Both, into Ks and Vs.
 template <class S, int kD, int kN, int kThreads = kBlockThreads, class Tile = Pitched<S, kD>>
 __device__ __forceinline__ void load_kv_tile(const Args<float, S>& a, const QueryBlock& q, S* Ks,
                                              S* Vs, int64_t j0, const int64_t* at,
                                              const Vectorized& vec) {
-  const int64_t kv_end = q.sq.kv0 + q.sq.rows_kv;
-  load_rows<S, kD, kN, kThreads, Tile>(Ks, slice(a.k, a.ks, q.b, q.hk), a.ks, q.sq.kv0 + j0, kv_end,
-                                       a.Dqk, at, vec.k);
-  load_rows<S, kD, kN, kThreads, Tile>(Vs, slice(a.v, a.vs, q.b, q.hk), a.vs, q.sq.kv0 + j0, kv_end,
-                                       a.Dv, at, vec.v);
+  load_kv_rows<false, S, kD, kN, kThreads, Tile>(a, q, Ks, j0, at, vec);
+  load_kv_rows<true, S, kD, kN, kThreads, Tile>(a, q, Vs, j0, at, vec);
 }
 
 // The A fragments of kM row slices as S's products take them: the registers themselves

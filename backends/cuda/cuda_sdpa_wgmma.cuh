@@ -67,6 +67,16 @@ struct RowOperand {
   }
 };
 
+// A block's query rows of Q or dO (`rows`: its (b, h) slice, row stride st[2]) into a Swizzled
+// tile of kBlockRows rows, zeros past the sequence's rows and column `width`, by the 256 threads
+// of the block's two groups that multiply.
+template <class S, int kD>
+__device__ __forceinline__ void load_block_rows(S* dst, const S* rows, const int64_t* st,
+                                                const QueryBlock& qb, int64_t width, bool vec) {
+  load_rows<S, kD, kBlockRows, kThreads, Swizzled<S, kBlockRows>>(
+      dst, rows, st, qb.sq.q0 + qb.i0, qb.sq.q0 + qb.sq.rows_q, width, nullptr, vec);
+}
+
 // Warp-specialised kernels (FlashAttention-3's): the two groups that multiply (threads 0-255)
 // and a producer group copying the walked tiles (256-383). setmaxnreg gives the consumers 224
 // registers and the producer 56 (with 40 its copies spilled): 2 x 128 x 224 + 128 x 56 =

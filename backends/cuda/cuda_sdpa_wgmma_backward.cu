@@ -130,25 +130,16 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
   const SdpaSequence& sq = qb.sq;
   if (i0 >= sq.rows_q) return;
-  const int64_t q_end = sq.q0 + sq.rows_q, kv_end = sq.kv0 + sq.rows_kv;
-  using Rows = Swizzled<S, kBlockRows>;
-  load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
-                                                   q_end, a.Dqk, nullptr, vec.q);
-  load_rows<S, kD, kBlockRows, wg::kThreads, Rows>(dOs, slice(a.dout, a.dos, b, h), a.dos,
-                                                   sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+  wg::load_block_rows<S, kD>(Qs, slice(a.q, a.qs, b, h), a.qs, qb, a.Dqk, vec.q);
+  wg::load_block_rows<S, kD>(dOs, slice(a.dout, a.dos, b, h), a.dos, qb, a.Dv, vec.dout);
   const int64_t row_g = i0 + wg::kGroupRows * group, row_w = row_g + 16 * warp;
   // Every group multiplies every tile (dS is 0 where its rows see no key), as the forward.
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
   const int64_t hi = keys.hi;
   const int n_tiles = keys.n;
-  const S* k_rows = slice(a.k, a.ks, b, qb.hk);
-  const S* v_rows = slice(a.v, a.vs, b, qb.hk);
-  const auto load_kv = [&](int it) {
-    const int64_t first = sq.kv0 + keys.first_key(it);
-    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(Ks + (it % 3) * kN * kD, k_rows, a.ks,
-                                                        first, kv_end, a.Dqk, nullptr, vec.k);
-    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(Vs + (it & 1) * kN * kD, v_rows, a.vs,
-                                                        first, kv_end, a.Dv, nullptr, vec.v);
+  const auto load_kv = [&](int it) {  // K(it) and V(it) into their buffers
+    load_kv_tile<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        a, qb, Ks + (it % 3) * kN * kD, Vs + (it & 1) * kN * kD, keys.first_key(it), nullptr, vec);
   };
   for (int it = 0; it < 2 && it < n_tiles; ++it) load_kv(it);
   mma::cp_async_commit();
@@ -157,10 +148,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   __syncthreads();
   const DqProducts<S, kD> products(Qs, dOs, Ks, Vs, group, warp);
   float s[kN / 8][4], dp[kN / 8][4];
-  const auto issue_sdp = [&](int it) { products.scores(s, dp, it); };
   if (n_tiles > 0) {
     wgmma::fence();
-    issue_sdp(0);
+    products.scores(s, dp, 0);
     wgmma::wait<0>();
     wgmma::fence_operand(s);
     wgmma::fence_operand(dp);
@@ -188,7 +178,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     // ptxas serialize every product.)
     wgmma::fence_operand(dq);
     wgmma::fence();
-    issue_sdp(it + 1 < n_tiles ? it + 1 : it);
+    products.scores(s, dp, it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
     products.dq(dq, df, it);
     wgmma::commit();
@@ -236,10 +226,7 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
 
   if (group == 2) {  // the producer: K(0), V(0), K(1), V(1), ...
     wgmma::lower_registers<ws::kProducerRegisters>();
-    const int64_t kv_end = sq.kv0 + sq.rows_kv;
     const unsigned thread = threadIdx.x - ws::kConsumers;
-    const S* k_rows = slice(a.k, a.ks, b, qb.hk);
-    const S* v_rows = slice(a.v, a.vs, b, qb.hk);
     int pending = -1;  // the copy group issued and not yet announced: 2 t (K(t)) or 2 t + 1
     const auto announce = [&](int g) {
       wgmma::fence_async_shared();
@@ -255,10 +242,14 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
         }
         wgmma::named_sync((g % 2 ? dq_ws::kEmptyV : dq_ws::kEmptyK) + t % buffers, kAll);
       }
-      load_rows<S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
-          (g % 2 ? Vs : Ks) + (t % buffers) * kN * kD, g % 2 ? v_rows : k_rows, g % 2 ? a.vs : a.ks,
-          sq.kv0 + keys.first_key(t), kv_end, g % 2 ? a.Dv : a.Dqk, nullptr, g % 2 ? vec.v : vec.k,
-          thread);
+      S* dst = (g % 2 ? Vs : Ks) + (t % buffers) * kN * kD;
+      if (g % 2) {
+        load_kv_rows<true, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
+            a, qb, dst, keys.first_key(t), nullptr, vec, thread);
+      } else {
+        load_kv_rows<false, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
+            a, qb, dst, keys.first_key(t), nullptr, vec, thread);
+      }
       mma::cp_async_commit();
       if (pending >= 0) {
         mma::cp_async_wait<1>();
@@ -277,12 +268,8 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
   }
 
   wgmma::raise_registers<ws::kConsumerRegisters>();
-  const int64_t q_end = sq.q0 + sq.rows_q;
-  using Rows = Swizzled<S, kBlockRows>;
-  load_rows<S, kD, kBlockRows, ws::kConsumers, Rows>(Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0,
-                                                     q_end, a.Dqk, nullptr, vec.q);
-  load_rows<S, kD, kBlockRows, ws::kConsumers, Rows>(dOs, slice(a.dout, a.dos, b, h), a.dos,
-                                                     sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
+  wg::load_block_rows<S, kD>(Qs, slice(a.q, a.qs, b, h), a.qs, qb, a.Dqk, vec.q);
+  wg::load_block_rows<S, kD>(dOs, slice(a.dout, a.dos, b, h), a.dos, qb, a.Dv, vec.dout);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
@@ -290,12 +277,11 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
   if (group == 1) wgmma::named_arrive(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 0 first
   const DqProducts<S, kD> products(Qs, dOs, Ks, Vs, group, warp);
   float s[kN / 8][4], dp[kN / 8][4];
-  const auto issue_sdp = [&](int it) { products.scores(s, dp, it); };
   if (n_tiles > 0) {
     wgmma::named_sync(dq_ws::kFullK, kAll);
     wgmma::named_sync(dq_ws::kFullV, kAll);
     wgmma::fence();
-    issue_sdp(0);
+    products.scores(s, dp, 0);
     wgmma::wait<0>();
     wgmma::fence_operand(s);
     wgmma::fence_operand(dp);
@@ -327,7 +313,7 @@ __global__ void __launch_bounds__(wg::ws::kThreads, 1)
     wgmma::named_sync(dq_ws::kTurn + group, 2 * wg::kGroupThreads);
     wgmma::fence_operand(dq);
     wgmma::fence();
-    issue_sdp(more ? it + 1 : it);
+    products.scores(s, dp, more ? it + 1 : it);
     wgmma::fence();
     products.dq(dq, df, it);
     wgmma::commit();

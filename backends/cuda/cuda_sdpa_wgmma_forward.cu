@@ -163,20 +163,15 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
   const int64_t hi = keys.hi;
   const int n_tiles = keys.n;
-  const int64_t kv_end = sq.kv0 + sq.rows_kv;
-  const auto load = [&](const S* rows, const int64_t* st, int64_t width, bool v_ok, S* dst,
-                        int it) {
-    load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(dst, rows, st, sq.kv0 + keys.first_key(it),
-                                                        kv_end, width, a.kv_rows, v_ok);
+  const auto load_k = [&](int it) {  // K(it) into its buffer
+    load_kv_rows<false, S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        a, qb, Ks + (it & 1) * kN * kD, keys.first_key(it), a.kv_rows, vec);
   };
-  const S* k_rows = slice(a.k, a.ks, b, qb.hk);
-  const S* v_rows = slice(a.v, a.vs, b, qb.hk);
-  const auto load_k = [&](int it) {
-    load(k_rows, a.ks, a.Dqk, vec.k, Ks + (it & 1) * kN * kD, it);
+  const auto load_v = [&](int it) {  // V(it)
+    load_kv_rows<true, S, kD, kN, wg::kThreads, Swizzled<S, kN>>(
+        a, qb, Vs + (it & 1) * kN * kD, keys.first_key(it), a.kv_rows, vec);
   };
-  const auto load_v = [&](int it) { load(v_rows, a.vs, a.Dv, vec.v, Vs + (it & 1) * kN * kD, it); };
-  load_rows<S, kD, kBlockRows, wg::kThreads, Swizzled<S, kBlockRows>>(
-      Qs, slice(a.q, a.qs, b, h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
+  wg::load_block_rows<S, kD>(Qs, slice(a.q, a.qs, b, h), a.qs, qb, a.Dqk, vec.q);
   if (n_tiles > 0) {
     load_k(0);
     load_v(0);
@@ -188,10 +183,9 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   __syncthreads();
   const ForwardProducts<S, kD> products(Qs, Ks, Vs, group, warp);
   float s[kN / 8][4];
-  const auto issue_s = [&](int it) { products.scores(s, it); };  // S(it) = Q K(it)^T
   if (n_tiles > 0) {
     wgmma::fence();
-    issue_s(0);
+    products.scores(s, 0);
     wgmma::wait<0>();
     wgmma::fence_operand(s);
   }
@@ -224,7 +218,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     // K again, unused: products under a branch made ptxas serialize every product.
     wgmma::fence_operand(o);
     wgmma::fence();
-    issue_s(it + 1 < n_tiles ? it + 1 : it);
+    products.scores(s, it + 1 < n_tiles ? it + 1 : it);
     wgmma::fence();
     products.output(o, p, it);
     wgmma::commit();
@@ -279,10 +273,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
 
   if (group == 2) {  // the producer
     wgmma::lower_registers<ws::kProducerRegisters>();
-    const int64_t kv_end = sq.kv0 + sq.rows_kv;
     const unsigned thread = threadIdx.x - ws::kConsumers;
-    const S* k_rows = slice(a.k, a.ks, b, qb.hk);
-    const S* v_rows = slice(a.v, a.vs, b, qb.hk);
     // One copy group a tile's K or V, in the order K(0), K(1), V(0), K(2), V(1), ...: the order
     // the consumers need them in. A group is announced (its full barrier arrived at) once the
     // next is issued and all but one have landed, so that one copy is in flight while the
@@ -297,10 +288,14 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     };
     const auto copy = [&](bool is_v, int t) {
       if (t >= 2) wgmma::named_sync((is_v ? ws::kEmptyV : ws::kEmptyK) + t % 2, kAll);
-      load_rows<S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
-          (is_v ? Vs : Ks) + (t % 2) * kN * kD, is_v ? v_rows : k_rows, is_v ? a.vs : a.ks,
-          sq.kv0 + keys.first_key(t), kv_end, is_v ? a.Dv : a.Dqk, a.kv_rows, is_v ? vec.v : vec.k,
-          thread);
+      S* dst = (is_v ? Vs : Ks) + (t % 2) * kN * kD;
+      if (is_v) {
+        load_kv_rows<true, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
+            a, qb, dst, keys.first_key(t), a.kv_rows, vec, thread);
+      } else {
+        load_kv_rows<false, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
+            a, qb, dst, keys.first_key(t), a.kv_rows, vec, thread);
+      }
       mma::cp_async_commit();
       if (pending >= 0) {
         mma::cp_async_wait<1>();
@@ -324,8 +319,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   }
 
   wgmma::raise_registers<ws::kConsumerRegisters>();
-  load_rows<S, kD, kBlockRows, ws::kConsumers, Swizzled<S, kBlockRows>>(
-      Qs, slice(a.q, a.qs, b, qb.h), a.qs, sq.q0 + i0, sq.q0 + sq.rows_q, a.Dqk, nullptr, vec.q);
+  wg::load_block_rows<S, kD>(Qs, slice(a.q, a.qs, b, qb.h), a.qs, qb, a.Dqk, vec.q);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
   wgmma::fence_async_shared();
@@ -335,11 +329,10 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   const int64_t hi = keys.hi;
   const ForwardProducts<S, kD> products(Qs, Ks, Vs, group, warp);
   float s[kN / 8][4];
-  const auto issue_s = [&](int it) { products.scores(s, it); };  // S(it) = Q K(it)^T
   if (n_tiles > 0) {
     wgmma::named_sync(ws::kFullK, kAll);
     wgmma::fence();
-    issue_s(0);
+    products.scores(s, 0);
     wgmma::wait<0>();
     wgmma::fence_operand(s);
     wgmma::named_arrive(ws::kEmptyK, kAll);
@@ -369,7 +362,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     wgmma::named_sync(ws::kTurn + group, 2 * wg::kGroupThreads);
     wgmma::fence_operand(o);
     wgmma::fence();
-    issue_s(more ? it + 1 : it);
+    products.scores(s, more ? it + 1 : it);
     wgmma::fence();
     products.output(o, p, it);
     wgmma::commit();
@@ -403,7 +396,7 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
       cudaStream_t s = enter(device);
       const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
       if (blocks == 0) return true;
-      // Warp-specialised where asked for and the consumers' registers allow (D 256 takes 243).
+      // Warp-specialised where asked for and the consumers' registers allow (D 256 takes 240).
       if constexpr (kD <= 128) {
         if (cuda_sdpa_wgmma_producer()) {
           launch<ws::kThreads>(wgmma_forward_ws_kernel<S, kD>, blocks, smem, s,
