@@ -62,22 +62,13 @@ void set_cuda_sdpa_deterministic(bool on);
 // Whether the tensor-core SDPA may run on sm_90's warpgroup products (wgmma) on a device of
 // compute capability 9.0 (H100, H200): for 16-bit inputs, options without a float or bool mask,
 // ALiBi, softcap or dropout, and head dims up to 256 in the forward (with a positive scale), up
-// to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call. Off
-// by default until it has run on such a device (written and checked on a CPU emulator only:
-// docs/PERFORMANCE.md). Until set, the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("1" or "0")
-// decides, read on every call, else false. Anything else is an error.
+// to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call,
+// and every call when this is false (for comparison, or should a driver misbehave). Until set,
+// the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("1" or "0") decides, read on every call,
+// else true. Anything else is an error. On an H100 they took bf16 forward+backward from
+// 0.73x PyTorch's FlashAttention-2 to 1.24x at S 8192 D 128 (docs/PERFORMANCE.md, session 40).
 bool cuda_sdpa_wgmma();
 void set_cuda_sdpa_wgmma(bool on);
-
-// Which kernels the warpgroup products run for the forward (head dims up to 128) and the
-// backward's dQ pass, a tuning setting until both kinds have been timed on such a device: a
-// producer warpgroup copying K and V while the two groups that multiply take turns
-// (FlashAttention-3's warp specialisation, true), or every group copying its share and all
-// meeting at a block barrier each tile (false). Until set,
-// TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER ("1" or "0") decides, read on every call, else false.
-// Anything else is an error.
-bool cuda_sdpa_wgmma_producer();
-void set_cuda_sdpa_wgmma_producer(bool on);
 
 // How cuBLAS float32 GEMMs may run on CUDA devices, with PyTorch's names:
 //  "highest" (the default): float32 arithmetic.

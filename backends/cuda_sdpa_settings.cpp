@@ -1,6 +1,6 @@
 // The tensor-core SDPA's process-wide settings (cuda_api.h): tg::cuda_sdpa_warp_rows,
-// tg::cuda_sdpa_deterministic, tg::cuda_sdpa_wgmma and tg::cuda_sdpa_wgmma_producer, in every build
-// (a build without CUDA keeps and checks them, and nothing reads them). Each is -1 until set, and
+// tg::cuda_sdpa_deterministic and tg::cuda_sdpa_wgmma, in every build (a build without CUDA keeps
+// and checks them, and nothing reads them). Each is -1 until set, and
 // then the environment decides, read on every call.
 #include <atomic>
 #include <cstdlib>
@@ -16,7 +16,6 @@ namespace {
 std::atomic<int> g_rows{-1};           // else 0 (automatic), 16 or 32
 std::atomic<int> g_deterministic{-1};  // else 0 or 1
 std::atomic<int> g_wgmma{-1};          // else 0 or 1
-std::atomic<int> g_producer{-1};       // else 0 or 1
 
 // The environment variable `name`'s value, one of `allowed` (else an error from `op`), or
 // `fallback` when it is unset or empty.
@@ -57,19 +56,10 @@ void set_cuda_sdpa_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 bool cuda_sdpa_wgmma() {
   const int set = g_wgmma.load();
   if (set != -1) return set == 1;
-  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"1", "0"}, "\"1\" or \"0\"", "0",
+  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"1", "0"}, "\"1\" or \"0\"", "1",
                   "cuda_sdpa_wgmma") == "1";
 }
 
 void set_cuda_sdpa_wgmma(bool on) { g_wgmma.store(on ? 1 : 0); }
-
-bool cuda_sdpa_wgmma_producer() {
-  const int set = g_producer.load();
-  if (set != -1) return set == 1;
-  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", {"1", "0"}, "\"1\" or \"0\"", "0",
-                  "cuda_sdpa_wgmma_producer") == "1";
-}
-
-void set_cuda_sdpa_wgmma_producer(bool on) { g_producer.store(on ? 1 : 0); }
 
 }  // namespace tg

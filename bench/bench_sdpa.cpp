@@ -152,12 +152,11 @@ int main(int argc, char** argv) {
       g_device = tg::kCUDA;
       std::printf(
           "cuda_sdpa\ttensor cores %s, warp rows %d (0: automatic), dQ %s, warpgroup products "
-          "%s, their forward and dQ pass %s\n",
+          "%s\n",
           tg::cuda_sdpa_tensor_cores() ? "on" : "off", tg::cuda_sdpa_warp_rows(),
           tg::cuda_sdpa_deterministic() ? "in its own pass (deterministic)"
                                         : "summed by the dK/dV pass (atomic adds)",
-          tg::cuda_sdpa_wgmma() ? "on (16-bit plain calls, compute capability 9.0)" : "off",
-          tg::cuda_sdpa_wgmma_producer() ? "with a producer warpgroup" : "without a producer");
+          tg::cuda_sdpa_wgmma() ? "on (16-bit plain calls, compute capability 9.0)" : "off");
       for (bool causal : {false, true}) {
         run_case({4, 16, 16, 2048, 64, causal});
         run_case({1, 8, 8, 8192, 128, causal});

@@ -47,7 +47,6 @@ using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_row
 using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
 using Deterministic = Scoped<bool, tg::cuda_sdpa_deterministic, tg::set_cuda_sdpa_deterministic>;
 using Wgmma = Scoped<bool, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
-using WgmmaProducer = Scoped<bool, tg::cuda_sdpa_wgmma_producer, tg::set_cuda_sdpa_wgmma_producer>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,

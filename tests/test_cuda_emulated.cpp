@@ -236,6 +236,7 @@ TEST_CASE(
 }
 
 TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
+  const Wgmma mma_sync(false);  // the emulated device is an H100: the wgmma cases are below
   std::mt19937_64 rng(2031);
   for (int n = 0; n < 24; ++n) {
     const Config c = random_config(rng);
@@ -253,6 +254,7 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
   // (the emulator runs the blocks one after another, so here the order is fixed and both
   // schedules agree bitwise). Random configurations, and an odd head dim (single adds).
   const Deterministic atomics(false);
+  const Wgmma mma_sync(false);  // as the GPU picks for a summed dQ (the forward too, here)
   std::mt19937_64 rng(2032);
   for (int n = 0; n < 6; ++n) {
     Config c = random_config(rng);
@@ -267,18 +269,14 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
 
 TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CPU") {
   // Plain options only (plain_config), the kernels counted in the launches: each once for each
-  // of run_both_orders' two runs (above head dim 128, the forward alone: the backward runs
-  // mma.sync), and not at all when switched off. Both kinds of forward and dQ pass at head dims
-  // up to 128: with a producer warpgroup in every other random configuration, and in both ways
-  // in the long ones.
-  const auto wgmma_launches = [](bool producer) {
+  // of run_both_orders' two runs (above head dim 128, the forward alone, without a producer
+  // warpgroup: the backward runs mma.sync), and not at all when switched off.
+  const auto wgmma_launches = [](bool narrow) {
     const auto& names = cuda_emulator::launched();
     int n = 0;
     for (const char* kernel :
-         {producer ? "sdpa wgmma forward kernel with a producer" : "sdpa wgmma forward kernel",
-          producer ? "sdpa wgmma backward dq kernel with a producer"
-                   : "sdpa wgmma backward dq kernel",
-          "sdpa wgmma backward dk/dv kernel"})
+         {narrow ? "sdpa wgmma forward kernel with a producer" : "sdpa wgmma forward kernel",
+          "sdpa wgmma backward dq kernel", "sdpa wgmma backward dk/dv kernel"})
       n += std::count(names.begin(), names.end(), std::string(kernel)) == 2;
     return n + std::count_if(names.begin(), names.end(), [](const std::string& name) {
              return name.find("wgmma") != std::string::npos;
@@ -298,26 +296,21 @@ TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CP
     }
     const DType dt = n % 2 ? kFloat16 : kBFloat16;
     const bool narrow = std::max(c.Dqk, c.Dv) <= 128;
-    for (const bool producer : {false, true}) {
-      if (n < 6 ? producer != (n % 4 >= 2) : producer && !narrow) continue;
-      INFO("config " << n << " (" << std::string(dtype_name(dt)) << "), producer " << producer
-                     << ": " << describe(c));
-      const Wgmma on(true);
-      const WgmmaProducer mode(producer);
-      cuda_emulator::clear_launches();
-      compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
-      if (narrow) {
-        CHECK(wgmma_launches(producer) == 3 + 6);  // three kernels twice each
-      } else {
-        CHECK(wgmma_launches(false) == 1 + 2);  // the forward twice
-      }
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    const Wgmma on(true);
+    cuda_emulator::clear_launches();
+    compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+    if (narrow) {
+      CHECK(wgmma_launches(true) == 3 + 6);  // three kernels twice each
+    } else {
+      CHECK(wgmma_launches(false) == 1 + 2);  // the forward twice
     }
   }
   const Wgmma off(false);
   cuda_emulator::clear_launches();
   const Tensor x = tgtest::rnd({1, 1, 8, 16}, 1).to(kBFloat16);
   run_emulated(x, x, x, x, {});
-  CHECK(wgmma_launches(false) == 0);
+  CHECK(wgmma_launches(true) == 0);
 }
 
 TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as the scores say") {
@@ -338,6 +331,7 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
     std::vector<std::vector<double>> bits;
     for (const int rows : {16, 32}) {
       const WarpRows mode(rows);
+      const Wgmma mma_sync(false);
       const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
       INFO((rising ? "rising" : "falling") << " scores, " << rows << " rows per warp");
       check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
@@ -345,18 +339,14 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
       bits.push_back(r.out.to(kFloat64).to_vector<double>());
     }
     CHECK(bits[0] == bits[1]);
-    // The kernels on warpgroup products, with and without a producer (128-key tiles: rising
-    // scores move the base at every tile but the first, where the output is still 0).
+    // The kernel on warpgroup products (128-key tiles: rising scores move the base at every
+    // tile but the first, where the output is still 0).
     const Wgmma on(true);
-    for (const bool producer : {false, true}) {
-      const WgmmaProducer mode(producer);
-      cuda_emulator::clear_launches();
-      const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
-      INFO((rising ? "rising" : "falling") << " scores, warpgroup products, producer " << producer);
-      CHECK(cuda_emulator::launched().front() ==
-            (producer ? "sdpa wgmma forward kernel with a producer" : "sdpa wgmma forward kernel"));
-      check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
-      check_close("stats", cpu.stats, r.stats, 1e-5);
-    }
+    cuda_emulator::clear_launches();
+    const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
+    INFO((rising ? "rising" : "falling") << " scores, warpgroup products");
+    CHECK(cuda_emulator::launched().front() == "sdpa wgmma forward kernel with a producer");
+    check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
+    check_close("stats", cpu.stats, r.stats, 1e-5);
   }
 }

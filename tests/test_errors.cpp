@@ -156,35 +156,19 @@ TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", e
   set_cuda_sdpa_deterministic(true);
 }
 
-TEST_CASE("tensor-core SDPA's warpgroup products: off by default, \"1\" or \"0\", else an error") {
-  CHECK(!cuda_sdpa_wgmma());  // the test environment sets nothing
-  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "1", 1);
-  CHECK(cuda_sdpa_wgmma());
+TEST_CASE("tensor-core SDPA's warpgroup products: on by default, \"1\" or \"0\", else an error") {
+  CHECK(cuda_sdpa_wgmma());  // the test environment sets nothing
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "0", 1);
+  CHECK(!cuda_sdpa_wgmma());
   setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "on", 1);
   check_throws_with_prefix([&] { cuda_sdpa_wgmma(); }, "[cuda_sdpa_wgmma]",
                            "TAPEGRAD_CUDA_SDPA_WGMMA: expected \"1\" or \"0\", got \"on\"");
-  set_cuda_sdpa_wgmma(false);  // set: the environment is not read
-  CHECK(!cuda_sdpa_wgmma());
-  unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA");
-  set_cuda_sdpa_wgmma(true);
+  set_cuda_sdpa_wgmma(true);  // set: the environment is not read
   CHECK(cuda_sdpa_wgmma());
+  unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA");
   set_cuda_sdpa_wgmma(false);
-}
-
-TEST_CASE("the warpgroup products' kernels with a producer: off by default, \"1\" or \"0\"") {
-  CHECK(!cuda_sdpa_wgmma_producer());  // the test environment sets nothing
-  setenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", "1", 1);
-  CHECK(cuda_sdpa_wgmma_producer());
-  setenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER", "yes", 1);
-  check_throws_with_prefix(
-      [&] { cuda_sdpa_wgmma_producer(); }, "[cuda_sdpa_wgmma_producer]",
-      "TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER: expected \"1\" or \"0\", got \"yes\"");
-  set_cuda_sdpa_wgmma_producer(false);  // set: the environment is not read
-  CHECK(!cuda_sdpa_wgmma_producer());
-  unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA_PRODUCER");
-  set_cuda_sdpa_wgmma_producer(true);
-  CHECK(cuda_sdpa_wgmma_producer());
-  set_cuda_sdpa_wgmma_producer(false);
+  CHECK(!cuda_sdpa_wgmma());
+  set_cuda_sdpa_wgmma(true);
 }
 
 TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {

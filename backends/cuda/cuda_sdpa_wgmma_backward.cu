@@ -11,8 +11,10 @@
 //   dP^T = V dO^T (K and V as Q and dO above), then dV += P^T dO and dK += dS^T Q from
 //   registers.
 // Tiles in the 128-byte swizzle mode (wgmma_layout.h), copied by cp.async; both loops pipelined
-// as the forward's (each kernel says how). Not yet run on a GPU: cuda_sdpa_wgmma() turns them
-// off.
+// as the forward's (each kernel says how). Timed on an H100 in session 40 (docs/PERFORMANCE.md):
+// 490-510 TFLOP/s of products at head dim 128. A warp-specialised dQ pass (a producer warpgroup
+// and two consumers taking turns, as the forward's) ran no faster there (8% slower at head dim
+// 64, within 2% at 128 but for one GQA shape) and was dropped; it is in git at b797801.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -192,144 +194,6 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   rows.store<kD>(a, qb, dq);
 }
 
-// The dQ pass, warp-specialised as the forward's second kernel (cuda_sdpa_wgmma_forward.cu): a
-// producer group copies K and V into their three and two buffers, the consumers take turns
-// issuing their products, named barriers hand the buffers over. K(j) is free once
-// dQ += dS(j) K(j) is done (the consumers' tile j + 1), V(j) once dP(j) is (their tile j - 1).
-// Before the producer waits for a buffer, it announces the copies it has issued: every tile
-// the consumers need before they free that buffer is then visible to them.
-namespace dq_ws {
-constexpr int kFullK = 1, kFullV = 4, kEmptyK = 6, kEmptyV = 9;  // + buffer (3 K, 2 V)
-constexpr int kTurn = 11;                                        // + group
-constexpr int kRows = 13;  // the consumers' copies of Q and dO landed
-}  // namespace dq_ws
-
-template <class S, int kD>
-__global__ void __launch_bounds__(wg::ws::kThreads, 1)
-    wgmma_dq_ws_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  namespace ws = wg::ws;
-  constexpr int kN = kWalk64;
-  constexpr int kAll = ws::kThreads;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
-  S* dOs = Qs + kBlockRows * kD;
-  S* Ks = dOs + kBlockRows * kD;  // three buffers of kN rows
-  S* Vs = Ks + 3 * kN * kD;       // two buffers
-  const QueryBlock qb = query_block(a, kBlockRows);
-  const int64_t i0 = qb.i0, h = qb.h, b = qb.b;
-  const SdpaSequence& sq = qb.sq;
-  if (i0 >= sq.rows_q) return;
-  const int group = wg::group(), warp = wg::warp_in_group();
-  const int64_t row_g = i0 + wg::kGroupRows * group, row_w = row_g + 16 * warp;
-  const KeyTiles<kN> keys = key_tiles<kN>(a, sq, i0, kBlockRows, row_g, wg::kGroupRows);
-  const int n_tiles = keys.n;
-
-  if (group == 2) {  // the producer: K(0), V(0), K(1), V(1), ...
-    wgmma::lower_registers<ws::kProducerRegisters>();
-    const unsigned thread = threadIdx.x - ws::kConsumers;
-    int pending = -1;  // the copy group issued and not yet announced: 2 t (K(t)) or 2 t + 1
-    const auto announce = [&](int g) {
-      wgmma::fence_async_shared();
-      wgmma::named_arrive(g % 2 ? dq_ws::kFullV + (g / 2) % 2 : dq_ws::kFullK + (g / 2) % 3, kAll);
-    };
-    for (int g = 0; g < 2 * n_tiles; ++g) {
-      const int t = g / 2, buffers = g % 2 ? 2 : 3;
-      if (t >= buffers) {
-        if (pending >= 0) {
-          mma::cp_async_wait<0>();
-          announce(pending);
-          pending = -1;
-        }
-        wgmma::named_sync((g % 2 ? dq_ws::kEmptyV : dq_ws::kEmptyK) + t % buffers, kAll);
-      }
-      S* dst = (g % 2 ? Vs : Ks) + (t % buffers) * kN * kD;
-      if (g % 2) {
-        load_kv_rows<true, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
-            a, qb, dst, keys.first_key(t), nullptr, vec, thread);
-      } else {
-        load_kv_rows<false, S, kD, kN, wg::kGroupThreads, Swizzled<S, kN>>(
-            a, qb, dst, keys.first_key(t), nullptr, vec, thread);
-      }
-      mma::cp_async_commit();
-      if (pending >= 0) {
-        mma::cp_async_wait<1>();
-        announce(pending);
-      }
-      pending = g;
-    }
-    mma::cp_async_wait<0>();
-    if (pending >= 0) announce(pending);
-    // The consumers' arrivals for the buffers no copy waited for: the last three K, two V.
-    for (int t = n_tiles > 3 ? n_tiles - 3 : 0; t < n_tiles; ++t)
-      wgmma::named_sync(dq_ws::kEmptyK + t % 3, kAll);
-    for (int t = n_tiles > 2 ? n_tiles - 2 : 0; t < n_tiles; ++t)
-      wgmma::named_sync(dq_ws::kEmptyV + t % 2, kAll);
-    return;
-  }
-
-  wgmma::raise_registers<ws::kConsumerRegisters>();
-  wg::load_block_rows<S, kD>(Qs, slice(a.q, a.qs, b, h), a.qs, qb, a.Dqk, vec.q);
-  wg::load_block_rows<S, kD>(dOs, slice(a.dout, a.dos, b, h), a.dos, qb, a.Dv, vec.dout);
-  mma::cp_async_commit();
-  mma::cp_async_wait<0>();
-  wgmma::fence_async_shared();
-  wgmma::named_sync(dq_ws::kRows, ws::kConsumers);
-  if (group == 1) wgmma::named_arrive(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 0 first
-  const DqProducts<S, kD> products(Qs, dOs, Ks, Vs, group, warp);
-  float s[kN / 8][4], dp[kN / 8][4];
-  if (n_tiles > 0) {
-    wgmma::named_sync(dq_ws::kFullK, kAll);
-    wgmma::named_sync(dq_ws::kFullV, kAll);
-    wgmma::fence();
-    products.scores(s, dp, 0);
-    wgmma::wait<0>();
-    wgmma::fence_operand(s);
-    wgmma::fence_operand(dp);
-    wgmma::named_arrive(dq_ws::kEmptyV, kAll);
-  }
-  const DqRows rows(a, qb, row_w);
-  const int64_t hi = keys.hi;
-  float dq[kD / 8][4] = {};
-  AFragments<S, kN> df;
-  wgmma::fence_operand(dq);
-  for (int it = 0; it < n_tiles; ++it) {
-    // 1. dS(it) in place
-    rows.scores_to_ds<kN>(a, sq, hi, keys.first_key(it), s, dp);
-    // 2. dQ += dS(it - 1) K(it - 1) done, and with it K(it - 1)'s buffer; dS(it) into registers
-    wgmma::wait<0>();
-    wgmma::fence_operand(dq);
-    if (it > 0) wgmma::named_arrive(dq_ws::kEmptyK + (it - 1) % 3, kAll);
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(df, nt, s[nt]);
-    // 3. K(it + 1) and V(it + 1) copied
-    const bool more = it + 1 < n_tiles;
-    if (more) {
-      wgmma::named_sync(dq_ws::kFullK + (it + 1) % 3, kAll);
-      wgmma::named_sync(dq_ws::kFullV + (it + 1) % 2, kAll);
-    }
-    // 4. in this group's turn: S(it + 1) and dP(it + 1) (tile it's again at the last: no product
-    // under a branch), then dQ += dS(it) K(it); the turn to the other group; wait for the
-    // first two, whose V buffer is then free.
-    wgmma::named_sync(dq_ws::kTurn + group, 2 * wg::kGroupThreads);
-    wgmma::fence_operand(dq);
-    wgmma::fence();
-    products.scores(s, dp, more ? it + 1 : it);
-    wgmma::fence();
-    products.dq(dq, df, it);
-    wgmma::commit();
-    wgmma::named_arrive(dq_ws::kTurn + 1 - group, 2 * wg::kGroupThreads);
-    wgmma::wait<1>();
-    wgmma::fence_operand(s);
-    wgmma::fence_operand(dp);
-    if (more) wgmma::named_arrive(dq_ws::kEmptyV + (it + 1) % 2, kAll);
-  }
-  wgmma::wait<0>();
-  wgmma::fence_operand(dq);
-  if (n_tiles > 0) wgmma::named_arrive(dq_ws::kEmptyK + (n_tiles - 1) % 3, kAll);
-  if (group == 0) wgmma::named_sync(dq_ws::kTurn, 2 * wg::kGroupThreads);  // group 1's last
-  rows.store<kD>(a, qb, dq);
-}
-
 // The dK/dV pass, pipelined as the dQ pass: P^T and dS^T of tile j are computed while
 // dV += P^T(j - 1) dO(j - 1) and dK += dS^T(j - 1) Q(j - 1) run, and the products of tile j + 1
 // are issued with those of tile j. Q and dO serve two steps' products each: three buffers.
@@ -486,13 +350,8 @@ bool wgmma_backward_dq(int device, const Args<float, S>& a, const Vectorized& ve
     constexpr int kD = decltype(dim)::value;
     const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
     if (blocks == 0) return;
-    if (cuda_sdpa_wgmma_producer()) {
-      launch<wg::ws::kThreads>(wgmma_dq_ws_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
-                               "sdpa wgmma backward dq kernel with a producer", a, vec);
-    } else {
-      launch<wg::kThreads>(wgmma_dq_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
-                           "sdpa wgmma backward dq kernel", a, vec);
-    }
+    launch<wg::kThreads>(wgmma_dq_kernel<S, kD>, blocks, smem_wg_dq<S, kD>, s,
+                         "sdpa wgmma backward dq kernel", a, vec);
   });
 }
 

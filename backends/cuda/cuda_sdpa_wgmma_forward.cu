@@ -13,9 +13,11 @@
 // FlashAttention-3; V from shared memory, transposed by the hardware). mma.sync's products read
 // every K and V fragment once per warp through ldmatrix; a warpgroup product reads them once for
 // four warps, without the registers. Q, K and V tiles are stored in the 128-byte swizzle mode
-// (wgmma_layout.h), copied by cp.async as before, and the loop is pipelined (below); a second
-// kernel, warp-specialised, copies with a producer warpgroup instead (further below). Not yet
-// run on a GPU: cuda_sdpa_wgmma() turns them off.
+// (wgmma_layout.h), copied by cp.async as before, and the loop is pipelined (below). At head
+// dims up to 128 a second kernel, warp-specialised, runs instead (further below): a producer
+// warpgroup copies, two groups multiply in turn. On an H100 it took 0.57 ms where the first took
+// 0.76 at S 8192 D 128 (480 TFLOP/s; docs/PERFORMANCE.md, session 40); the first stays for head
+// dim 256, whose consumers would need 240 registers.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -396,16 +398,14 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
       cudaStream_t s = enter(device);
       const int64_t blocks = a.B * a.Hq * ((a.Sq + kBlockRows - 1) / kBlockRows);
       if (blocks == 0) return true;
-      // Warp-specialised where asked for and the consumers' registers allow (D 256 takes 240).
+      // Warp-specialised where the consumers' registers allow (D 256 takes 240).
       if constexpr (kD <= 128) {
-        if (cuda_sdpa_wgmma_producer()) {
-          launch<ws::kThreads>(wgmma_forward_ws_kernel<S, kD>, blocks, smem, s,
-                               "sdpa wgmma forward kernel with a producer", a, vec);
-          return true;
-        }
+        launch<ws::kThreads>(wgmma_forward_ws_kernel<S, kD>, blocks, smem, s,
+                             "sdpa wgmma forward kernel with a producer", a, vec);
+      } else {
+        launch<wg::kThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
+                             "sdpa wgmma forward kernel", a, vec);
       }
-      launch<wg::kThreads>(wgmma_forward_kernel<S, kD>, blocks, smem, s,
-                           "sdpa wgmma forward kernel", a, vec);
       return true;
     };
     if (width <= 64) return run(std::integral_constant<int, 64>{});
