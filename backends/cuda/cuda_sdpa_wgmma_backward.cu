@@ -4,7 +4,8 @@
 // the same two passes as cuda_sdpa_mma_backward.cu's kernels, and the same arithmetic (P
 // recomputed with exp2_ftz from the statistics, dS = P (dP - D), P and dS rounded to 16 bits for
 // the second products), on blocks of two warpgroups.
-// - dQ pass: a group takes 64 query rows; per walked tile of 64 keys, S = Q K^T and dP = dO V^T
+// - dQ pass: a group takes 64 query rows; per walked tile of keys (128 at head dim 64, else 64:
+//   kDqKeys), S = Q K^T and dP = dO V^T
 //   (Q and dO from registers at head dim 64, else from shared memory: wg::RowOperand), then
 //   dQ += dS K (dS from registers, K transposed by the hardware).
 // - dK/dV pass: a group takes 64 keys; per walked tile of 64 query rows, S^T = K Q^T and
@@ -25,13 +26,18 @@ namespace tg::cuda::mma_sdpa {
 namespace {
 
 using wg::kBlockRows;
-constexpr int kWalk64 = 64;  // rows of a walked tile: keys (dQ pass) or query rows (dK/dV pass)
+constexpr int kWalk64 = 64;  // rows of a walked tile: query rows (dK/dV pass)
+// Keys of a dQ pass's walked tile: 128 at head dim 64, where the products are short and a
+// tile's waits and barrier weigh the more (S, dP: 64 + 64 registers, dS 32, dQ 32), else 64.
+template <int kD>
+constexpr int kDqKeys = kD == 64 ? 128 : 64;
 
 // Shared memory of the two passes at head width kD, with room to start the tiles on a
 // 1024-byte boundary: the dQ pass's Q and dO, three buffers of K and two of V; the dK/dV
 // pass's K and V, three buffers of Q, dO and their statistics.
 template <class S, int kD>
-constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 5 * kWalk64) * kD * sizeof(S);
+constexpr size_t smem_wg_dq =
+    wgmma::kAtomBytes + (2 * kBlockRows + 5 * kDqKeys<kD>) * kD * sizeof(S);
 template <class S, int kD>
 constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 6 * kWalk64) * kD * sizeof(S) +
                                6 * kWalk64 * sizeof(float);
@@ -80,7 +86,7 @@ struct DqRows {
 // two steps' products, V(j) one): S = Q K^T and dP = dO V^T, and dQ += dS K.
 template <class S, int kD>
 struct DqProducts {
-  static constexpr int kN = kWalk64;
+  static constexpr int kN = kDqKeys<kD>;
   static constexpr uint32_t kTileBytes = kN * kD * sizeof(S);  // one walked buffer
   wg::RowOperand<S, kBlockRows, kD> q, d_out;
   uint32_t k_at, v_at;
@@ -121,7 +127,7 @@ struct DqProducts {
 template <class S, int kD>
 __global__ void __launch_bounds__(wg::kThreads, 1)
     wgmma_dq_kernel(const __grid_constant__ Args<float, S> a, Vectorized vec) {
-  constexpr int kN = kWalk64;
+  constexpr int kN = kDqKeys<kD>;
   extern __shared__ __align__(1024) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(wg::aligned_tiles(smem));
   S* dOs = Qs + kBlockRows * kD;
@@ -331,9 +337,8 @@ bool with_wgmma_width(int device, const Args<float, S>& a, F&& f) {
     if (width > 128 || !cuda_sdpa_wgmma() || !plain_only(a) || !wgmma_device(device)) return false;
     const auto run = [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
-      // The dK/dV pass's shared memory is the larger of the two.
-      static_assert(smem_wg_dq<S, kD> <= smem_wg_dkv<S, kD>);
-      if (static_cast<size_t>(shared_optin(device)) < smem_wg_dkv<S, kD>) return false;
+      const size_t smem = std::max(smem_wg_dq<S, kD>, smem_wg_dkv<S, kD>);
+      if (static_cast<size_t>(shared_optin(device)) < smem) return false;
       f(dim);
       return true;
     };
