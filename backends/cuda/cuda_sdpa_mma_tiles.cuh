@@ -450,11 +450,36 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Writes a warp's 16 x kD accumulator tile times `factor[r]` (per fragment row half) to rows
 // row0 + ... of a (b, h) slice, rows below `rows` and columns below `width` only.
+// 16-bit values in rows of unit stride, even width and 4-byte aligned rows (the usual
+// contiguous outputs) go out as pairs of adjacent columns (a fragment's e and e + 1), one 4-byte
+// store each from one row address a thread per row: Nsight Compute had the one-value stores,
+// each with its own 64-bit address, at 8-11% of the wgmma kernels' time at head dim 64 (H100,
+// docs/PERFORMANCE.md, session 40). Anything else goes value by value.
 template <class S, int kD>
 __device__ __forceinline__ void store_rows(S* out, const int64_t* st, int64_t b, int64_t h,
                                            int64_t first, int64_t row0, int64_t rows, int64_t width,
                                            const float (&acc)[kD / 8][4],
                                            const float (&factor)[2]) {
+  if constexpr (sizeof(S) == 2) {
+    S* const slice_out = out + b * st[0] + h * st[1];
+    if (st[3] == 1 && width % 2 == 0 && st[2] % 2 == 0 &&
+        reinterpret_cast<uintptr_t>(slice_out) % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = row0 + frag_row(2 * r);
+        if (i >= rows) continue;
+        S* const row = slice_out + (first + i) * st[2];
+#pragma unroll
+        for (int dt = 0; dt < kD / 8; ++dt) {
+          const int d = frag_col(dt, 2 * r);  // even
+          if (d < width)
+            *reinterpret_cast<uint32_t*>(row + d) =
+                mma::pack2<S>(acc[dt][2 * r] * factor[r], acc[dt][2 * r + 1] * factor[r]);
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int dt = 0; dt < kD / 8; ++dt) {
 #pragma unroll
