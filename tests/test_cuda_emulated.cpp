@@ -115,10 +115,16 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
         }).find("lanes of a warp in different collectives: shfl and ldmatrix") !=
         std::string::npos);
   // A copy never waited for.
-  static unsigned char src[16], dst[64 * 16];
+  alignas(16) static unsigned char src[16], dst[64 * 16];
   CHECK(message([] {
-          emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
+          emu::async_copy(dst + 16 * emu::thread_idx().x, src, true);
         }).find("still in flight at exit") != std::string::npos);
+  // A 4-byte copy to an address that is not a multiple of 4.
+  CHECK(message([] {
+          emu::async_copy(dst + 16 * emu::thread_idx().x + 2, src, true, 4);
+          emu::async_commit();
+          emu::async_wait(0);
+        }).find("cp.async of 4 bytes from or to a misaligned address") != std::string::npos);
   // Named barriers: one whose count is never reached (a deadlock, each waiting run named), one
   // left with arrivals at the block's end, and two counts in one phase.
   CHECK(message([] {
@@ -146,7 +152,7 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
   CHECK(products(true) == "");
   // Nothing wrong: barriers, exchanges and copies waited for.
   CHECK(message([] {
-          emu::async_copy_16(dst + 16 * emu::thread_idx().x, src, true);
+          emu::async_copy(dst + 16 * emu::thread_idx().x, src, true);
           emu::async_commit();
           emu::async_wait(0);
           emu::sync_block();
@@ -163,7 +169,7 @@ TEST_CASE("the CUDA emulator reports what a GPU would leave undefined") {
     try {
       emu::launch(1, 32, 64, [&] {
         if (const unsigned t = emu::thread_idx().x; t < 4) {  // chunk t, by thread t
-          emu::async_copy_16(g_shared + 16 * t, src, true);
+          emu::async_copy(g_shared + 16 * t, src, true);
           emu::async_commit();
           emu::async_wait(0);
           if (fenced) emu::fence_proxy_async();
@@ -199,7 +205,7 @@ TEST_CASE(
   namespace emu = cuda_emulator;
   // A copy lands at the wait that must complete it, not before: the destination still holds
   // its old bytes in between.
-  static unsigned char src[16], dst[64 * 16];
+  alignas(16) static unsigned char src[16], dst[64 * 16];
   std::memset(src, 7, sizeof src);
   const auto copy = [&](emu::Copies copies) {
     std::memset(dst, 0, sizeof dst);
@@ -207,7 +213,7 @@ TEST_CASE(
     emu::set_schedule(emu::Order::Forward, copies);
     emu::launch(1, 64, 0, [&] {
       const unsigned t = emu::thread_idx().x;
-      emu::async_copy_16(dst + 16 * t, src, true);
+      emu::async_copy(dst + 16 * t, src, true);
       emu::async_commit();
       before[t] = dst[16 * t];
       emu::async_wait(0);

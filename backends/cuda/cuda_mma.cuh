@@ -113,6 +113,16 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   __trap();
 #endif
 }
+// The same for 4 bytes (cp.async.ca: the 16-byte .cg form has no smaller size).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+#if TG_MMA_ARCH
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
+#else
+  __trap();
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if TG_MMA_ARCH
   asm volatile("cp.async.commit_group;\n" ::);

@@ -259,6 +259,27 @@ __device__ __forceinline__ void load_row_stats(const Args<float, S>& a, const Sd
   }
 }
 
+// The same, copied asynchronously (cp.async, in the caller's current group), as they are: the
+// statistics in natural-log units, zeros for rows past the sequence (where the tiles' edge rules
+// hide every product). The warps that copy then need not wait for the loads at once (their
+// wait held the whole block at its next barrier: the wgmma dK/dV pass spent 5% of its time
+// there at head dim 64 on an H100). finish_row_stats, by the same threads once the copies have
+// landed, turns the statistics into log2 units.
+template <int kN, class S>
+__device__ __forceinline__ void copy_row_stats(const Args<float, S>& a, const SdpaSequence& sq,
+                                               int64_t b, QueryTile t, float* lse, float* dl) {
+  if (const int r = threadIdx.x; r < kN) {  // one row each
+    const bool in = t.i0 + r < sq.rows_q;
+    const int64_t i = in ? t.i0 + r : 0;  // a row that exists: nothing is read where !in
+    mma::cp_async_4(lse + r, &a.stat(b, t.h, sq.q0 + i), in);
+    mma::cp_async_4(dl + r, a.delta + (b * a.Hq + t.h) * a.Sq + i, in);
+  }
+}
+template <int kN>
+__device__ __forceinline__ void finish_row_stats(float* lse) {
+  if (const int r = threadIdx.x; r < kN) lse[r] *= kLog2e;
+}
+
 // Keys j0 .. j0 + kN - 1 of block q's key/value head: its key rows, or its value rows
 // (kValues), into dst (`at`: the forward's rows read through an index, else null), by the
 // `thread`-th of kThreads threads (as load_rows).

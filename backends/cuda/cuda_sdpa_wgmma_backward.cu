@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
     load_rows<S, kD, kN, wg::kThreads, Swizzled<S, kN>>(dOs + buf * kN * kD,
                                                         slice(a.dout, a.dos, b, h), a.dos,
                                                         sq.q0 + i0, q_end, a.Dv, nullptr, vec.dout);
-    load_row_stats<kN>(a, sq, b, t, lse_s + buf * kN, dl_s + buf * kN);
+    copy_row_stats<kN>(a, sq, b, t, lse_s + buf * kN, dl_s + buf * kN);
   };
   // Tile `it` is in buffer `buf` (it % 3, kept as a counter); `ahead`, tile it + 2, is copied
   // into buffer (it + 2) % 3 during step it.
@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
   }
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
+  finish_row_stats<kN>(lse_s);  // tile 0's; tile 1's at step 0
   wgmma::fence_async_shared();
   __syncthreads();
   const uint32_t q_at = wgmma::shared_address(Qs), do_at = wgmma::shared_address(dOs);
@@ -287,11 +288,13 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
       to_a_fragment<S, kN>(pf, nt, st[nt]);
       to_a_fragment<S, kN>(df, nt, dpt[nt]);
     }
-    // 3. tile it + 1 copied; every group done with tile it - 1, whose buffer takes tile it + 2.
+    // 3. tile it + 1 copied (its statistics finished); every group done with tile it - 1, whose
+    // buffer takes tile it + 2.
+    const int next_buf = buf == 2 ? 0 : buf + 1, ahead_buf = next_buf == 2 ? 0 : next_buf + 1;
     mma::cp_async_wait<0>();
+    if (it + 1 < n_tiles) finish_row_stats<kN>(lse_s + next_buf * kN);
     wgmma::fence_async_shared();
     __syncthreads();
-    const int next_buf = buf == 2 ? 0 : buf + 1, ahead_buf = next_buf == 2 ? 0 : next_buf + 1;
     if (it + 2 < n_tiles) {
       load_q(ahead, ahead_buf);
       ahead = walk.after(ahead);

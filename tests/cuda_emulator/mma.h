@@ -130,7 +130,10 @@ inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, ui
 }
 
 inline void cp_async_16(void* dst, const void* src, bool valid) {
-  ::tg::cuda_emulator::async_copy_16(dst, src, valid);
+  ::tg::cuda_emulator::async_copy(dst, src, valid, 16);
+}
+inline void cp_async_4(void* dst, const void* src, bool valid) {
+  ::tg::cuda_emulator::async_copy(dst, src, valid, 4);
 }
 inline void cp_async_commit() { ::tg::cuda_emulator::async_commit(); }
 template <int kPending>

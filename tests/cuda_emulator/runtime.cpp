@@ -26,6 +26,7 @@ struct Copy {
   void* dst;
   const void* src;
   bool valid;
+  size_t bytes;
 };
 
 enum class Wait { None, Block, Warp, Named };
@@ -471,9 +472,9 @@ namespace {
 // A copy lands, by the thread that issued it (unfenced until that thread's fence_proxy_async).
 void land(const Copy& c) {
   if (c.valid) {
-    std::memcpy(c.dst, c.src, 16);
+    std::memcpy(c.dst, c.src, c.bytes);
   } else {
-    std::memset(c.dst, 0, 16);
+    std::memset(c.dst, 0, c.bytes);
   }
   const auto* b = static_cast<const unsigned char*>(c.dst);
   for (Shared& a : shared_arrays()) {
@@ -487,8 +488,11 @@ void land(const Copy& c) {
 }
 }  // namespace
 
-void async_copy_16(void* dst, const void* src, bool valid) {
-  const Copy c{dst, src, valid};
+void async_copy(void* dst, const void* src, bool valid, size_t bytes) {
+  if (bytes != 16 && bytes != 4) fault("cp.async of " + std::to_string(bytes) + " bytes");
+  if (reinterpret_cast<uintptr_t>(dst) % bytes || reinterpret_cast<uintptr_t>(src) % bytes)
+    fault("cp.async of " + std::to_string(bytes) + " bytes from or to a misaligned address");
+  const Copy c{dst, src, valid, bytes};
   if (state().copies == Copies::AtIssue) land(c);
   me().copies.open.push_back(c);  // still counted in its group, to be waited for
 }

@@ -111,8 +111,8 @@ void named_arrive(unsigned id, unsigned count);
 constexpr size_t kSlot = 64;
 const unsigned char* warp_exchange(const char* what, const void* in, size_t bytes);
 
-// cp.async: a 16-byte copy (zeros when !valid), landing as set_schedule() says.
-void async_copy_16(void* dst, const void* src, bool valid);
+// cp.async: a copy of `bytes` (16 or 4; zeros when !valid), landing as set_schedule() says.
+void async_copy(void* dst, const void* src, bool valid, size_t bytes = 16);
 void async_commit();
 void async_wait(int pending);  // completes all but this thread's `pending` newest groups
 
