@@ -66,7 +66,8 @@ void set_cuda_sdpa_deterministic(bool on);
 // and every call when this is false (for comparison, or should a driver misbehave). Until set,
 // the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("1" or "0") decides, read on every call,
 // else true. Anything else is an error. On an H100 they took bf16 forward+backward from
-// 0.73x PyTorch's FlashAttention-2 to 1.24x at S 8192 D 128 (docs/PERFORMANCE.md, session 40).
+// 0.73x PyTorch's FlashAttention-2 to 1.24x at S 8192 D 128 on their first run
+// (docs/PERFORMANCE.md, session 40).
 bool cuda_sdpa_wgmma();
 void set_cuda_sdpa_wgmma(bool on);
 

@@ -114,7 +114,7 @@ void with_kind(bool plain, F&& f) {
 }
 
 // The forward on warpgroup products (cuda_sdpa_wgmma_forward.cu) where it applies: 16-bit
-// forward_plain_only() calls at head dims up to 128 on a wgmma_device(), while
+// forward_plain_only() calls at head dims up to 256 on a wgmma_device(), while
 // cuda_sdpa_wgmma() is on. False where it does not (nothing was run).
 template <class S>
 bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec);
