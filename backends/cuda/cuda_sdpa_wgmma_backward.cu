@@ -36,8 +36,7 @@ constexpr int kDqKeys = kD == 64 ? 128 : 64;
 // 1024-byte boundary: the dQ pass's Q and dO, three buffers of K and two of V; the dK/dV
 // pass's K and V, three buffers of Q, dO and their statistics.
 template <class S, int kD>
-constexpr size_t smem_wg_dq =
-    wgmma::kAtomBytes + (2 * kBlockRows + 5 * kDqKeys<kD>) * kD * sizeof(S);
+constexpr size_t smem_wg_dq = wgmma::kAtomBytes + (2 * kBlockRows + 5 * kDqKeys<kD>)*kD * sizeof(S);
 template <class S, int kD>
 constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 6 * kWalk64) * kD * sizeof(S) +
                                6 * kWalk64 * sizeof(float);
