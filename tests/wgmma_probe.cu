@@ -48,4 +48,35 @@ bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result&
   return true;
 }
 
+bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) return false;
+  float *da = nullptr, *db = nullptr, *dss = nullptr, *drs = nullptr;
+  cudaMalloc(&da, a.size() * sizeof(float));
+  cudaMalloc(&db, b.size() * sizeof(float));
+  cudaMalloc(&dss, kM * kTf32N * sizeof(float));
+  cudaMalloc(&drs, kM * kM * sizeof(float));
+  cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cudaFuncSetAttribute(probe_tf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(kTf32Smem));
+  probe_tf32_kernel<<<1, 128, kTf32Smem>>>(da, db, dss, drs);
+  out.ss.assign(kM * kTf32N, 0.0f);
+  out.rs.assign(kM * kM, 0.0f);
+  const bool ok = cudaDeviceSynchronize() == cudaSuccess &&
+                  cudaMemcpy(out.ss.data(), dss, kM * kTf32N * sizeof(float),
+                             cudaMemcpyDeviceToHost) == cudaSuccess &&
+                  cudaMemcpy(out.rs.data(), drs, kM * kM * sizeof(float), cudaMemcpyDeviceToHost) ==
+                      cudaSuccess;
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dss);
+  cudaFree(drs);
+  if (!ok) out.ss.clear();  // the caller's check fails on the sizes
+  return true;
+}
+
 }  // namespace tgtest::wgmma_probe

@@ -25,4 +25,13 @@ struct Result {
 // compute capability 9.0).
 bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out);
 
+// The TF32 products (float32 operands, K-major both, k = 8 a step): A 64 x 64, B 128 x 64.
+constexpr int kTf32K = 64, kTf32N = 128;
+struct Tf32Result {
+  std::vector<float> ss;  // A B^T (64 x 128): both from shared memory
+  std::vector<float> rs;  // A B[:64]^T (64 x 64): A from registers
+};
+// a (64 x 64) and b (128 x 64), row-major. As run.
+bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out);
+
 }  // namespace tgtest::wgmma_probe

@@ -93,5 +93,57 @@ __global__ void probe_kernel(const S* a, const S* b, float* ss, float* rs, float
   store_product<kM>(sk, rs_k);
 }
 
+// The TF32 products: A (64 x 64) and B (128 x 64) as float32 tiles in the 128-byte swizzle mode
+// (32 values a panel row), A B^T from shared memory and, with A's rows as mma.m16n8k8's TF32
+// fragments, A B[:64]^T.
+constexpr size_t kTf32Smem = wgmma::kAtomBytes + (kM + kTf32N) * kTf32K * sizeof(float);
+
+__global__ void probe_tf32_kernel(const float* a, const float* b, float* ss, float* rs) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t window = wgmma::shared_address(smem);
+  float* As = reinterpret_cast<float*>(smem + (wgmma::kAtomBytes - window % wgmma::kAtomBytes) %
+                                                  wgmma::kAtomBytes);
+  float* Bs = As + kM * kTf32K;
+  constexpr int kChunks = kTf32K / 4;  // 16-byte chunks a row
+  for (int i = threadIdx.x; i < (kM + kTf32N) * kChunks; i += 128) {
+    const int r = i / kChunks, c = i % kChunks;
+    for (int e = 0; e < 4; ++e) {
+      if (r < kM) {
+        mma_sdpa::Swizzled<float, kM>::at(As, r, c)[e] = a[r * kTf32K + 4 * c + e];
+      } else {
+        mma_sdpa::Swizzled<float, kTf32N>::at(Bs, r - kM, c)[e] = b[(r - kM) * kTf32K + 4 * c + e];
+      }
+    }
+  }
+  wgmma::fence_async_shared();
+  __syncthreads();
+  const uint32_t a_at = wgmma::shared_address(As), b_at = wgmma::shared_address(Bs);
+  float d[kTf32N / 8][4];
+  wgmma::fence();
+  for (int kk = 0; kk < kTf32K / 8; ++kk)
+    wgmma::product_ss_tf32<kTf32N>(d, wgmma::k_major(a_at, kM, 0, kk),
+                                   wgmma::k_major(b_at, kTf32N, 0, kk), kk > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(d);
+  store_product<kTf32N>(d, ss);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint32_t af[kTf32K / 8][4];
+  for (int kk = 0; kk < kTf32K / 8; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int row = 16 * warp + g + 8 * (r % 2), col = 8 * kk + t + 4 * (r / 2);
+      af[kk][r] = __float_as_uint(a[row * kTf32K + col]);
+    }
+  float o[kM / 8][4];
+  wgmma::fence();
+  for (int kk = 0; kk < kTf32K / 8; ++kk)
+    wgmma::product_rs_tf32<kM>(o, af[kk], wgmma::k_major(b_at, kTf32N, 0, kk), kk > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(o);
+  store_product<kM>(o, rs);
+}
+
 }  // namespace
 }  // namespace tgtest::wgmma_probe

@@ -1,6 +1,7 @@
 // wgmma_probe.h's products against sums in double: in test_cuda on a GPU of compute capability
-// 9.0 (skipped elsewhere), and in test_cuda_emulated on the CPU emulator. bfloat16 operands
-// (exact products), float32 sums: each result within 2^-20 of the sum of its terms' magnitudes.
+// 9.0 (skipped elsewhere), and in test_cuda_emulated on the CPU emulator. bfloat16 operands, and
+// float32 ones exact in TF32 (exact products), float32 sums: each result within 2^-20 of the sum
+// of its terms' magnitudes.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -72,4 +73,38 @@ TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double"
   CHECK(wrong_rs == 0);    // O = P V's kind at head dim 256: A from registers, B MN-major
   CHECK(wrong_half == 0);  // the same at head dim 128
   CHECK(wrong_k == 0);     // S = Q K^T's kind with Q in registers (head dim 64): B K-major
+}
+
+TEST_CASE("warpgroup products in TF32 on known operands, against sums in double") {
+  // Values of at most 8 significant bits: exact in TF32 (10-bit mantissa), exact products.
+  using namespace tgtest::wgmma_probe;
+  std::mt19937 rng(40);
+  std::uniform_int_distribution<int> pick(-128, 127);
+  std::vector<float> a(kM * kTf32K), b(kTf32N * kTf32K);
+  for (auto& x : a) x = static_cast<float>(pick(rng)) / 64.0f;
+  for (auto& x : b) x = static_cast<float>(pick(rng)) / 64.0f;
+  Tf32Result r;
+  if (!run_tf32(a, b, r)) {
+    MESSAGE("no device of compute capability 9.0: the TF32 warpgroup products are not probed");
+    return;
+  }
+  REQUIRE(r.ss.size() == static_cast<size_t>(kM * kTf32N));
+  REQUIRE(r.rs.size() == static_cast<size_t>(kM * kM));
+  int wrong_ss = 0, wrong_rs = 0;
+  for (int m = 0; m < kM; ++m) {
+    for (int n = 0; n < kTf32N; ++n) {
+      double sum = 0, mag = 0;
+      for (int k = 0; k < kTf32K; ++k) {
+        const double p = static_cast<double>(a[m * kTf32K + k]) * b[n * kTf32K + k];
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const double tol = 0x1p-20 * mag + 1e-30;
+      wrong_ss += std::fabs(r.ss[m * kTf32N + n] - sum) > tol;
+      if (n < kM) wrong_rs += std::fabs(r.rs[m * kM + n] - sum) > tol;
+    }
+  }
+  INFO("first element: ss " << r.ss[0] << ", rs " << r.rs[0]);
+  CHECK(wrong_ss == 0);  // both operands K-major in shared memory, N 128
+  CHECK(wrong_rs == 0);  // A from registers (mma.m16n8k8's TF32 fragment), N 64
 }

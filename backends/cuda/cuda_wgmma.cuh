@@ -227,6 +227,63 @@ __device__ __forceinline__ void product_rs_kmajor(float (&d)[kN / 8][4], const u
   product_rs_any<S, kN, false>(d, a, b, accumulate);
 }
 
+// TF32 products (float32 operands, the low 13 bits of each mantissa ignored; k = 8 a step,
+// whose 32 bytes a row span what a 16-bit step's do, so the same descriptors serve), for a
+// 3xTF32 SDPA on warpgroup products. TF32 has no transposed form: A and B are both K-major.
+// A from registers holds mma.m16n8k8's TF32 A fragment for the warp's 16 rows (a0 row g column
+// t, a1 row g + 8, a2 and a3 the same rows at column t + 4; CUTLASS's ALayout_64x8).
+#define TG_WGMMA_SS_TF32(N, A_, B_, ACC_, d, a, b, acc)                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                  \
+               ", 0;\n"                                                                  \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" TG_WGMMA_D##N \
+               "}, " A_ ", " B_ ", p, 1, 1;\n}\n"                                        \
+               : TG_WGMMA_F##N(d)                                                        \
+               : "l"(a), "l"(b), "r"(acc))
+#define TG_WGMMA_RS_TF32(N, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b, acc)                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                  \
+               ", 0;\n"                                                                  \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" TG_WGMMA_D##N \
+               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1;\n}\n"          \
+               : TG_WGMMA_F##N(d)                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
+
+// d (+)= A B in TF32: A (64 x 8) and B (8 x kN, kN 64 or 128) K-major in shared memory.
+template <int kN>
+__device__ __forceinline__ void product_ss_tf32(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
+                                                bool accumulate) {
+#if TG_WGMMA_ARCH
+  const uint32_t acc = accumulate ? 1u : 0u;
+  if constexpr (kN == 64) {
+    TG_WGMMA_SS_TF32(64, "%32", "%33", "%34", d, a, b, acc);
+  } else {
+    static_assert(kN == 128, "product_ss_tf32: 64 or 128 columns");
+    TG_WGMMA_SS_TF32(128, "%64", "%65", "%66", d, a, b, acc);
+  }
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// d (+)= A B in TF32: A (64 x 8) from registers (float32 bits), B (8 x kN, kN 64 or 128)
+// K-major in shared memory.
+template <int kN>
+__device__ __forceinline__ void product_rs_tf32(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                                uint64_t b, bool accumulate) {
+#if TG_WGMMA_ARCH
+  const uint32_t acc = accumulate ? 1u : 0u;
+  if constexpr (kN == 64) {
+    TG_WGMMA_RS_TF32(64, "%32", "%33", "%34", "%35", "%36", "%37", d, a, b, acc);
+  } else {
+    static_assert(kN == 128, "product_rs_tf32: 64 or 128 columns");
+    TG_WGMMA_RS_TF32(128, "%64", "%65", "%66", "%67", "%68", "%69", d, a, b, acc);
+  }
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
 #endif  // TG_CUDA_EMULATION
 
 }  // namespace tg::cuda::wgmma

@@ -38,13 +38,18 @@ inline Descriptor decode(uint64_t d) {
   return x;
 }
 inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
-// The byte address of 16-bit element (mn, k) of a K-major operand: K contiguous in 16-byte
-// chunks. No swizzle: core matrix (mn / 8, k / 8) at (mn / 8) stride + (k / 8) leading, its
-// rows 16 bytes apart. 128-byte swizzle: rows of 128 bytes, 8-row groups `stride` apart.
-inline uint32_t k_major_at(const Descriptor& d, unsigned mn, unsigned k) {
+// The byte address of element (mn, k) of a K-major operand of kBytes-byte elements (2, or 4 for
+// TF32): K contiguous in 16-byte chunks of kPer = 16 / kBytes. No swizzle: core matrix
+// (mn / 8, k / kPer) at (mn / 8) stride + (k / kPer) leading, its rows 16 bytes apart. 128-byte
+// swizzle: rows of 128 bytes, 8-row groups `stride` apart.
+template <unsigned kBytes = 2>
+uint32_t k_major_at(const Descriptor& d, unsigned mn, unsigned k) {
+  constexpr unsigned kPer = 16 / kBytes;
   if (d.layout == 0)
-    return d.start + (mn % 8) * 16 + (mn / 8) * d.stride + (k / 8) * d.leading + (k % 8) * 2;
-  return swizzle128(d.start + (mn % 8) * 128 + (mn / 8) * d.stride + (k / 8) * 16 + (k % 8) * 2);
+    return d.start + (mn % 8) * 16 + (mn / 8) * d.stride + (k / kPer) * d.leading +
+           (k % kPer) * kBytes;
+  return swizzle128(d.start + (mn % 8) * 128 + (mn / 8) * d.stride + (k / kPer) * 16 +
+                    (k % kPer) * kBytes);
 }
 // ... of an MN-major operand: MN contiguous. No swizzle: core matrix (k / 8, mn / 8) at
 // (mn / 8) stride + (k / 8) leading, its rows (k) 16 bytes apart. 128-byte swizzle: rows (k) of
@@ -61,14 +66,20 @@ double value_at(uint32_t address) {
   std::memcpy(&bits, ::tg::cuda_emulator::shared_at(address, 2), 2);
   return mma::emulated::widen<S>(bits);
 }
+// A float32 element read as TF32 (its low 13 mantissa bits ignored, as the hardware does).
+inline double tf32_at(uint32_t address) {
+  uint32_t bits;
+  std::memcpy(&bits, ::tg::cuda_emulator::shared_at(address, 4), 4);
+  return mma::emulated::tf32_value(bits);
+}
 struct In {
   uint32_t a[4];
   uint64_t da, db;
   uint32_t accumulate;
 };
-// This lane's accumulators of the warp's 16 rows of the group's product, a(row, k) and b(k, col)
-// as the caller reads them (row: 0-63 in the group).
-template <int kN, class A, class B>
+// This lane's accumulators of the warp's 16 rows of the group's product over kK values of k,
+// a(row, k) and b(k, col) as the caller reads them (row: 0-63 in the group).
+template <int kN, unsigned kK = 16, class A, class B>
 void multiply(float (&d)[kN / 8][4], bool accumulate, const A& a, const B& b) {
   const unsigned lane = ::tg::cuda_emulator::thread_idx().x % 32, g = lane / 4, t = lane % 4;
   const unsigned w = (::tg::cuda_emulator::thread_idx().x / 32) % 4;
@@ -79,7 +90,7 @@ void multiply(float (&d)[kN / 8][4], bool accumulate, const A& a, const B& b) {
     for (unsigned e = 0; e < 4; ++e) {
       const unsigned row = 16 * w + g + 8 * (e / 2), col = 8 * i + 2 * t + e % 2;
       double sum = accumulate ? d[i][e] : 0.0;
-      for (unsigned k = 0; k < 16; ++k) sum += a(row, k) * b(k, col);
+      for (unsigned k = 0; k < kK; ++k) sum += a(row, k) * b(k, col);
       d[i][e] = static_cast<float>(sum);
     }
   }
@@ -164,6 +175,41 @@ void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
 template <class S, int kN>
 void product_rs_kmajor(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   product_rs_any<S, kN, false>(d, a, b, accumulate);
+}
+
+// TF32 (cuda_wgmma.cuh): k = 8 a step, A and B K-major, float32 elements read as TF32.
+template <int kN>
+void product_ss_tf32(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
+  using namespace emulated;
+  ::tg::cuda_emulator::note_warpgroup_product();
+  float(*dp)[4] = d;
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, a, b, accumulate] {
+    const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
+    const Descriptor da = decode(in.da), db = decode(in.db);
+    multiply<kN, 8>(
+        *reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate,
+        [&](unsigned r, unsigned k) { return tf32_at(k_major_at<4>(da, r, k)); },
+        [&](unsigned k, unsigned n) { return tf32_at(k_major_at<4>(db, n, k)); });
+  });
+}
+template <int kN>
+void product_rs_tf32(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  using namespace emulated;
+  ::tg::cuda_emulator::note_warpgroup_product();
+  float(*dp)[4] = d;
+  const uint32_t* ap = a;
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b, accumulate] {
+    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u});
+    const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
+    // A's registers: mma.m16n8k8's TF32 layout for the warp's 16 rows (mma.h's mma_1688_tf32).
+    const auto A = [&](unsigned r, unsigned c) {
+      const In& x =
+          *reinterpret_cast<const In*>(all + ((r % 8) * 4 + c % 4) * ::tg::cuda_emulator::kSlot);
+      return mma::emulated::tf32_value(x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 4 ? 2 : 0)]);
+    };
+    multiply<kN, 8>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate, A,
+                    [&](unsigned k, unsigned n) { return tf32_at(k_major_at<4>(db, n, k)); });
+  });
 }
 
 }  // namespace tg::cuda::wgmma
