@@ -48,7 +48,8 @@ bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result&
   return true;
 }
 
-bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out) {
+bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out,
+              bool split) {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -61,9 +62,10 @@ bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Resu
   cudaMalloc(&drs, kM * kM * sizeof(float));
   cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
   cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
-  cudaFuncSetAttribute(probe_tf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const auto kernel = split ? probe_tf32_kernel<true> : probe_tf32_kernel<false>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(kTf32Smem));
-  probe_tf32_kernel<<<1, 128, kTf32Smem>>>(da, db, dss, drs);
+  kernel<<<1, 128, kTf32Smem>>>(da, db, dss, drs);
   out.ss.assign(kM * kTf32N, 0.0f);
   out.rs.assign(kM * kM, 0.0f);
   const bool ok = cudaDeviceSynchronize() == cudaSuccess &&

@@ -31,7 +31,11 @@ struct Tf32Result {
   std::vector<float> ss;  // A B^T (64 x 128): both from shared memory
   std::vector<float> rs;  // A B[:64]^T (64 x 64): A from registers
 };
-// a (64 x 64) and b (128 x 64), row-major. As run.
-bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out);
+// a (64 x 64) and b (128 x 64), row-major. As run. With `split`, each operand is stored as its
+// TF32 halves (cuda_mma.cuh's split_tf32: hi and lo tiles, A's registers split likewise) and
+// each product is 3xTF32's three (A_lo B_hi + A_hi B_lo + A_hi B_hi): float32's accuracy
+// about, for operands TF32 cannot hold.
+bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out,
+              bool split = false);
 
 }  // namespace tgtest::wgmma_probe

@@ -108,3 +108,42 @@ TEST_CASE("warpgroup products in TF32 on known operands, against sums in double"
   CHECK(wrong_ss == 0);  // both operands K-major in shared memory, N 128
   CHECK(wrong_rs == 0);  // A from registers (mma.m16n8k8's TF32 fragment), N 64
 }
+
+TEST_CASE("warpgroup products in 3xTF32 on float32 operands, against sums in double") {
+  // Operands with 24-bit mantissas, which one TF32 product gets wrong by about 2^-11 of the
+  // terms' magnitudes: 3xTF32's three products from hi and lo halves within 2^-18 (float32
+  // sums of 3 x 64 terms in the hardware's order), and the plain TF32 ones not.
+  using namespace tgtest::wgmma_probe;
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> pick(-1.0f, 1.0f);
+  std::vector<float> a(kM * kTf32K), b(kTf32N * kTf32K);
+  for (auto& x : a) x = pick(rng);
+  for (auto& x : b) x = pick(rng);
+  Tf32Result split, plain;
+  if (!run_tf32(a, b, split, true) || !run_tf32(a, b, plain, false)) {
+    MESSAGE("no device of compute capability 9.0: the 3xTF32 warpgroup products are not probed");
+    return;
+  }
+  REQUIRE(split.ss.size() == static_cast<size_t>(kM * kTf32N));
+  REQUIRE(split.rs.size() == static_cast<size_t>(kM * kM));
+  REQUIRE(plain.ss.size() == static_cast<size_t>(kM * kTf32N));
+  int wrong_ss = 0, wrong_rs = 0, plain_off = 0;
+  for (int m = 0; m < kM; ++m) {
+    for (int n = 0; n < kTf32N; ++n) {
+      double sum = 0, mag = 0;
+      for (int k = 0; k < kTf32K; ++k) {
+        const double p = static_cast<double>(a[m * kTf32K + k]) * b[n * kTf32K + k];
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const double tol = 0x1p-18 * mag;
+      wrong_ss += std::fabs(split.ss[m * kTf32N + n] - sum) > tol;
+      if (n < kM) wrong_rs += std::fabs(split.rs[m * kM + n] - sum) > tol;
+      plain_off += std::fabs(plain.ss[m * kTf32N + n] - sum) > tol;
+    }
+  }
+  INFO("first element: " << split.ss[0] << " (3xTF32), " << plain.ss[0] << " (TF32)");
+  CHECK(wrong_ss == 0);
+  CHECK(wrong_rs == 0);
+  CHECK(plain_off > kM * kTf32N / 2);  // the check can tell them apart
+}

@@ -25,11 +25,16 @@ bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result&
   return true;
 }
 
-bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out) {
+bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out,
+              bool split) {
   out.ss.assign(kM * kTf32N, 0.0f);
   out.rs.assign(kM * kM, 0.0f);
   tg::cuda_emulator::launch(1, 128, kTf32Smem, [&] {
-    probe_tf32_kernel(a.data(), b.data(), out.ss.data(), out.rs.data());
+    if (split) {
+      probe_tf32_kernel<true>(a.data(), b.data(), out.ss.data(), out.rs.data());
+    } else {
+      probe_tf32_kernel<false>(a.data(), b.data(), out.ss.data(), out.rs.data());
+    }
   });
   return true;
 }
