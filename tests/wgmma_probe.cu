@@ -4,13 +4,19 @@
 #include "tests/wgmma_probe_kernel.cuh"
 
 namespace tgtest::wgmma_probe {
-
-bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out) {
+namespace {
+// Whether the current device has compute capability 9.0 (the products' sm_90a code runs there).
+bool hopper() {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0) return false;
+  return major == 9 && minor == 0;
+}
+}  // namespace
+
+bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result& out) {
+  if (!hopper()) return false;
   S *da = nullptr, *db = nullptr;
   float *dss = nullptr, *drs = nullptr, *dhalf = nullptr, *drk = nullptr;
   const size_t in = kM * kK * sizeof(S);
@@ -50,11 +56,7 @@ bool run(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, Result&
 
 bool run_tf32(const std::vector<float>& a, const std::vector<float>& b, Tf32Result& out,
               bool split) {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0) return false;
+  if (!hopper()) return false;
   float *da = nullptr, *db = nullptr, *dss = nullptr, *drs = nullptr;
   cudaMalloc(&da, a.size() * sizeof(float));
   cudaMalloc(&db, b.size() * sizeof(float));

@@ -25,6 +25,20 @@ double bf16_value(uint16_t bits) {
   return x;
 }
 
+// Row m of a (rows of k values) times row n of b: the sum in double, and its terms' magnitudes.
+struct Dot {
+  double sum = 0, mag = 0;
+};
+Dot dot(const std::vector<float>& a, const std::vector<float>& b, int k, int m, int n) {
+  Dot d;
+  for (int i = 0; i < k; ++i) {
+    const double p = static_cast<double>(a[m * k + i]) * b[n * k + i];
+    d.sum += p;
+    d.mag += std::fabs(p);
+  }
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("warpgroup products (wgmma) on known operands, against sums in double") {
@@ -93,15 +107,10 @@ TEST_CASE("warpgroup products in TF32 on known operands, against sums in double"
   int wrong_ss = 0, wrong_rs = 0;
   for (int m = 0; m < kM; ++m) {
     for (int n = 0; n < kTf32N; ++n) {
-      double sum = 0, mag = 0;
-      for (int k = 0; k < kTf32K; ++k) {
-        const double p = static_cast<double>(a[m * kTf32K + k]) * b[n * kTf32K + k];
-        sum += p;
-        mag += std::fabs(p);
-      }
-      const double tol = 0x1p-20 * mag + 1e-30;
-      wrong_ss += std::fabs(r.ss[m * kTf32N + n] - sum) > tol;
-      if (n < kM) wrong_rs += std::fabs(r.rs[m * kM + n] - sum) > tol;
+      const Dot d = dot(a, b, kTf32K, m, n);
+      const double tol = 0x1p-20 * d.mag + 1e-30;
+      wrong_ss += std::fabs(r.ss[m * kTf32N + n] - d.sum) > tol;
+      if (n < kM) wrong_rs += std::fabs(r.rs[m * kM + n] - d.sum) > tol;
     }
   }
   INFO("first element: ss " << r.ss[0] << ", rs " << r.rs[0]);
@@ -130,16 +139,11 @@ TEST_CASE("warpgroup products in 3xTF32 on float32 operands, against sums in dou
   int wrong_ss = 0, wrong_rs = 0, plain_off = 0;
   for (int m = 0; m < kM; ++m) {
     for (int n = 0; n < kTf32N; ++n) {
-      double sum = 0, mag = 0;
-      for (int k = 0; k < kTf32K; ++k) {
-        const double p = static_cast<double>(a[m * kTf32K + k]) * b[n * kTf32K + k];
-        sum += p;
-        mag += std::fabs(p);
-      }
-      const double tol = 0x1p-18 * mag;
-      wrong_ss += std::fabs(split.ss[m * kTf32N + n] - sum) > tol;
-      if (n < kM) wrong_rs += std::fabs(split.rs[m * kM + n] - sum) > tol;
-      plain_off += std::fabs(plain.ss[m * kTf32N + n] - sum) > tol;
+      const Dot d = dot(a, b, kTf32K, m, n);
+      const double tol = 0x1p-18 * d.mag;
+      wrong_ss += std::fabs(split.ss[m * kTf32N + n] - d.sum) > tol;
+      if (n < kM) wrong_rs += std::fabs(split.rs[m * kM + n] - d.sum) > tol;
+      plain_off += std::fabs(plain.ss[m * kTf32N + n] - d.sum) > tol;
     }
   }
   INFO("first element: " << split.ss[0] << " (3xTF32), " << plain.ss[0] << " (TF32)");

@@ -131,42 +131,78 @@ inline uint32_t shared_address(const void* p) { return ::tg::cuda_emulator::shar
 
 // Each product runs at the wait that completes it (runtime.h's defer): shared memory and A's
 // registers are read then, and d reads NaN until then.
+namespace emulated {
+// Queues d (+)= A B over kK values of k: at the wait, the warp's inputs (make_in(), built then)
+// are gathered, and a_of(all, in) and b_of(B's descriptor) give the readers a(row, k), b(k, col).
+template <int kN, unsigned kK, class MakeIn, class AOf, class BOf>
+void queue(float (&d)[kN / 8][4], bool accumulate, MakeIn make_in, AOf a_of, BOf b_of) {
+  ::tg::cuda_emulator::note_warpgroup_product();
+  float(*dp)[4] = d;
+  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, accumulate, make_in, a_of, b_of] {
+    const unsigned char* all = gather(make_in());
+    const In& in = *reinterpret_cast<const In*>(all);
+    multiply<kN, kK>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate, a_of(all, in),
+                     b_of(decode(in.db)));
+  });
+}
+// A from shared memory, K-major, read by `read` (an element's value at a byte address).
+template <unsigned kBytes, class Read>
+auto shared_a(Read read) {
+  return [read](const unsigned char*, const In& in) {
+    const Descriptor da = decode(in.da);
+    return [da, read](unsigned r, unsigned k) { return read(k_major_at<kBytes>(da, r, k)); };
+  };
+}
+// B from shared memory, K-major or (kMnMajor, 16-bit only) MN-major.
+template <unsigned kBytes, bool kMnMajor, class Read>
+auto shared_b(Read read) {
+  return [read](const Descriptor& db) {
+    return [db, read](unsigned k, unsigned n) {
+      return read(kMnMajor ? mn_major_at(db, k, n) : k_major_at<kBytes>(db, n, k));
+    };
+  };
+}
+// The lane of the warp holding A's register for (row r, column c) and which of its four, in
+// mma.m16n8k16's 16-bit layout (kTf32 false) or mma.m16n8k8's TF32 one, and the value.
+template <bool kTf32, class S>
+auto register_a() {
+  return [](const unsigned char* all, const In&) {
+    return [all](unsigned r, unsigned c) {
+      const unsigned lane = kTf32 ? (r % 8) * 4 + c % 4 : (r % 8) * 4 + (c % 8) / 2;
+      const In& x = *reinterpret_cast<const In*>(all + lane * ::tg::cuda_emulator::kSlot);
+      if constexpr (kTf32) {
+        return mma::emulated::tf32_value(x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 4 ? 2 : 0)]);
+      } else {
+        return mma::emulated::widen<S>(mma::emulated::half_of(
+            x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
+      }
+    };
+  };
+}
+}  // namespace emulated
+
 template <class S, int kN>
 void product_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   using namespace emulated;
-  ::tg::cuda_emulator::note_warpgroup_product();
-  float(*dp)[4] = d;
-  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, a, b, accumulate] {
-    const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
-    const Descriptor da = decode(in.da), db = decode(in.db);
-    multiply<kN>(
-        *reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate,
-        [&](unsigned r, unsigned k) { return value_at<S>(k_major_at(da, r, k)); },
-        [&](unsigned k, unsigned n) { return value_at<S>(k_major_at(db, n, k)); });
-  });
+  const auto read = [](uint32_t at) { return value_at<S>(at); };
+  queue<kN, 16>(
+      d, accumulate,
+      [a, b, accumulate] {
+        return In{{}, a, b, accumulate ? 1u : 0u};
+      },
+      shared_a<2>(read), shared_b<2, false>(read));
 }
 
 template <class S, int kN, bool kMnMajorB>
 void product_rs_any(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   using namespace emulated;
-  ::tg::cuda_emulator::note_warpgroup_product();
-  float(*dp)[4] = d;
   const uint32_t* ap = a;
-  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b, accumulate] {
-    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u});
-    const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
-    // A's registers: mma.m16n8k16's layout for the warp's 16 rows (mma.h's mma_16816).
-    const auto A = [&](unsigned r, unsigned c) {
-      const In& x = *reinterpret_cast<const In*>(all + ((r % 8) * 4 + (c % 8) / 2) *
-                                                           ::tg::cuda_emulator::kSlot);
-      return mma::emulated::widen<S>(mma::emulated::half_of(
-          x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 8 ? 2 : 0)], static_cast<int>(c % 2)));
-    };
-    multiply<kN>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate, A,
-                 [&](unsigned k, unsigned n) {
-                   return value_at<S>(kMnMajorB ? mn_major_at(db, k, n) : k_major_at(db, n, k));
-                 });
-  });
+  queue<kN, 16>(
+      d, accumulate,
+      [ap, b, accumulate] {
+        return In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u};
+      },
+      register_a<false, S>(), shared_b<2, kMnMajorB>([](uint32_t at) { return value_at<S>(at); }));
 }
 template <class S, int kN>
 void product_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b) {
@@ -181,35 +217,24 @@ void product_rs_kmajor(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b
 template <int kN>
 void product_ss_tf32(float (&d)[kN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   using namespace emulated;
-  ::tg::cuda_emulator::note_warpgroup_product();
-  float(*dp)[4] = d;
-  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, a, b, accumulate] {
-    const In& in = *reinterpret_cast<const In*>(gather(In{{}, a, b, accumulate ? 1u : 0u}));
-    const Descriptor da = decode(in.da), db = decode(in.db);
-    multiply<kN, 8>(
-        *reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate,
-        [&](unsigned r, unsigned k) { return tf32_at(k_major_at<4>(da, r, k)); },
-        [&](unsigned k, unsigned n) { return tf32_at(k_major_at<4>(db, n, k)); });
-  });
+  const auto read = [](uint32_t at) { return tf32_at(at); };
+  queue<kN, 8>(
+      d, accumulate,
+      [a, b, accumulate] {
+        return In{{}, a, b, accumulate ? 1u : 0u};
+      },
+      shared_a<4>(read), shared_b<4, false>(read));
 }
 template <int kN>
 void product_rs_tf32(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   using namespace emulated;
-  ::tg::cuda_emulator::note_warpgroup_product();
-  float(*dp)[4] = d;
   const uint32_t* ap = a;
-  ::tg::cuda_emulator::defer(&d[0][0], kN / 2, [dp, ap, b, accumulate] {
-    const unsigned char* all = gather(In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u});
-    const Descriptor db = decode(reinterpret_cast<const In*>(all)->db);
-    // A's registers: mma.m16n8k8's TF32 layout for the warp's 16 rows (mma.h's mma_1688_tf32).
-    const auto A = [&](unsigned r, unsigned c) {
-      const In& x =
-          *reinterpret_cast<const In*>(all + ((r % 8) * 4 + c % 4) * ::tg::cuda_emulator::kSlot);
-      return mma::emulated::tf32_value(x.a[((r % 16) >= 8 ? 1 : 0) + (c >= 4 ? 2 : 0)]);
-    };
-    multiply<kN, 8>(*reinterpret_cast<float(*)[kN / 8][4]>(dp), accumulate, A,
-                    [&](unsigned k, unsigned n) { return tf32_at(k_major_at<4>(db, n, k)); });
-  });
+  queue<kN, 8>(
+      d, accumulate,
+      [ap, b, accumulate] {
+        return In{{ap[0], ap[1], ap[2], ap[3]}, 0, b, accumulate ? 1u : 0u};
+      },
+      register_a<true, float>(), shared_b<4, false>([](uint32_t at) { return tf32_at(at); }));
 }
 
 }  // namespace tg::cuda::wgmma
