@@ -77,15 +77,6 @@ __device__ __forceinline__ void load_block_rows(S* dst, const S* rows, const int
       dst, rows, st, qb.sq.q0 + qb.i0, qb.sq.q0 + qb.sq.rows_q, width, nullptr, vec);
 }
 
-// Warp-specialised kernels (FlashAttention-3's): the two groups that multiply (threads 0-255)
-// and a producer group copying the walked tiles (256-383). setmaxnreg gives the consumers 224
-// registers and the producer 56 (with 40 its copies spilled): 2 x 128 x 224 + 128 x 56 =
-// 64,512, the 384 threads' launch share of 168 each.
-namespace ws {
-constexpr int kThreads = 384, kConsumers = kThreads - kGroupThreads;
-constexpr int kConsumerRegisters = 224, kProducerRegisters = 56;
-}  // namespace ws
-
 // Which group of the block this thread is in, and which warp of its group.
 __device__ __forceinline__ int group() { return static_cast<int>(threadIdx.x) / kGroupThreads; }
 __device__ __forceinline__ int warp_in_group() { return static_cast<int>(threadIdx.x / 32) % 4; }

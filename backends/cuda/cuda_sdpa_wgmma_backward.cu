@@ -5,9 +5,9 @@
 // recomputed with exp2_ftz from the statistics, dS = P (dP - D), P and dS rounded to 16 bits for
 // the second products), on blocks of two warpgroups.
 // - dQ pass: a group takes 64 query rows; per walked tile of keys (128 at head dim 64, else 64:
-//   kDqKeys), S = Q K^T and dP = dO V^T
-//   (Q and dO from registers at head dim 64, else from shared memory: wg::RowOperand), then
-//   dQ += dS K (dS from registers, K transposed by the hardware).
+//   kDqKeys), S = Q K^T and dP = dO V^T (Q and dO from registers at head dim 64, else from
+//   shared memory: wg::RowOperand), then dQ += dS K (dS from registers, K transposed by the
+//   hardware).
 // - dK/dV pass: a group takes 64 keys; per walked tile of 64 query rows, S^T = K Q^T and
 //   dP^T = V dO^T (K and V as Q and dO above), then dV += P^T dO and dK += dS^T Q from
 //   registers.

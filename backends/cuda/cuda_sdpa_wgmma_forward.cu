@@ -246,9 +246,12 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
 //     after P(j) V(j)), the producer waits on it before copying tile j + 2 into the buffer;
 //   turn (a group each): a group waits for its turn before issuing a tile's products and hands
 //     the turn to the other after.
-// Threads and registers as wg::ws says.
+// The two groups that multiply are threads 0-255, the producer 256-383. setmaxnreg gives the
+// consumers 224 registers and the producer 56 (with 40 its copies spilled): 2 x 128 x 224 +
+// 128 x 56 = 64,512, the 384 threads' launch share of 168 each.
 namespace ws {
-using wg::ws::kConsumerRegisters, wg::ws::kConsumers, wg::ws::kProducerRegisters, wg::ws::kThreads;
+constexpr int kThreads = 384, kConsumers = kThreads - wg::kGroupThreads;
+constexpr int kConsumerRegisters = 224, kProducerRegisters = 56;
 constexpr int kFullK = 1, kFullV = 3, kEmptyK = 5, kEmptyV = 7;  // + buffer (0 or 1)
 constexpr int kTurn = 9;                                         // + group
 constexpr int kQ = 11;  // the consumers' copies of Q landed

@@ -67,23 +67,28 @@ namespace tg::cuda::wgmma {
       TG_WGMMA_F4(d, 27), TG_WGMMA_F4(d, 28), TG_WGMMA_F4(d, 29), TG_WGMMA_F4(d, 30), \
       TG_WGMMA_F4(d, 31)
 
-// d (+)= A B, A and B in shared memory (K-major both), `type` "bf16" or "f16", A_, B_ and ACC_
-// the operand names after the accumulators' (d is overwritten where acc is 0).
-#define TG_WGMMA_SS(N, type, A_, B_, ACC_, d, a, b, acc)                                          \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                           \
-               ", 0;\n"                                                                           \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
-               "}, " A_ ", " B_ ", p, 1, 1, 0, 0;\n}\n"                                           \
-               : TG_WGMMA_F##N(d)                                                                 \
+// The k step and types of a product after its m64nN: 16-bit (`type` "bf16" or "f16", k 16) or
+// TF32 (k 8).
+#define TG_WGMMA_K16(type) "k16.f32." type "." type
+#define TG_WGMMA_TF32 "k8.f32.tf32.tf32"
+// d (+)= A B, A and B in shared memory (K-major both), KIND as above, MODES the operands after
+// the scales (16-bit: the two transposes, ", 0, 0"; none for TF32), A_, B_ and ACC_ the operand
+// names after the accumulators' (d is overwritten where acc is 0).
+#define TG_WGMMA_SS(N, KIND, MODES, A_, B_, ACC_, d, a, b, acc)               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                       \
+               ", 0;\n"                                                       \
+               "wgmma.mma_async.sync.aligned.m64n" #N KIND " {" TG_WGMMA_D##N \
+               "}, " A_ ", " B_ ", p, 1, 1" MODES ";\n}\n"                    \
+               : TG_WGMMA_F##N(d)                                             \
                : "l"(a), "l"(b), "r"(acc))
-// d (+)= A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory, MN-major
-// (transposed: TB "1") or K-major (TB "0").
-#define TG_WGMMA_RS(N, type, TB, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b, acc)                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                           \
-               ", 0;\n"                                                                           \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." type "." type " {" TG_WGMMA_D##N \
-               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1, " TB ";\n}\n"           \
-               : TG_WGMMA_F##N(d)                                                                 \
+// d (+)= A B, A from registers (A0_ .. A0_ + 3 its operand names), B in shared memory; MODES
+// for 16 bits B's transpose: MN-major ", 1" or K-major ", 0" (none for TF32: K-major).
+#define TG_WGMMA_RS(N, KIND, MODES, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b, acc)          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                  \
+               ", 0;\n"                                                                  \
+               "wgmma.mma_async.sync.aligned.m64n" #N KIND " {" TG_WGMMA_D##N            \
+               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1" MODES ";\n}\n" \
+               : TG_WGMMA_F##N(d)                                                        \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
 
 __device__ __forceinline__ void fence() {
@@ -161,16 +166,16 @@ __device__ __forceinline__ void product_ss(float (&d)[kN / 8][4], uint64_t a, ui
   constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
   if constexpr (kN == 64) {
     if constexpr (kBf16) {
-      TG_WGMMA_SS(64, "bf16", "%32", "%33", "%34", d, a, b, acc);
+      TG_WGMMA_SS(64, TG_WGMMA_K16("bf16"), ", 0, 0", "%32", "%33", "%34", d, a, b, acc);
     } else {
-      TG_WGMMA_SS(64, "f16", "%32", "%33", "%34", d, a, b, acc);
+      TG_WGMMA_SS(64, TG_WGMMA_K16("f16"), ", 0, 0", "%32", "%33", "%34", d, a, b, acc);
     }
   } else {
     static_assert(kN == 128, "product_ss: 64 or 128 columns");
     if constexpr (kBf16) {
-      TG_WGMMA_SS(128, "bf16", "%64", "%65", "%66", d, a, b, acc);
+      TG_WGMMA_SS(128, TG_WGMMA_K16("bf16"), ", 0, 0", "%64", "%65", "%66", d, a, b, acc);
     } else {
-      TG_WGMMA_SS(128, "f16", "%64", "%65", "%66", d, a, b, acc);
+      TG_WGMMA_SS(128, TG_WGMMA_K16("f16"), ", 0, 0", "%64", "%65", "%66", d, a, b, acc);
     }
   }
 #else
@@ -189,15 +194,15 @@ __device__ __forceinline__ void product_rs_any(float (&d)[kN / 8][4], const uint
 #if TG_WGMMA_ARCH
   const uint32_t acc = accumulate ? 1u : 0u;
   constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
-#define TG_WGMMA_RS_TYPES(N, ...)                           \
-  if constexpr (kBf16 && kMnMajorB) {                       \
-    TG_WGMMA_RS(N, "bf16", "1", __VA_ARGS__, d, a, b, acc); \
-  } else if constexpr (kBf16) {                             \
-    TG_WGMMA_RS(N, "bf16", "0", __VA_ARGS__, d, a, b, acc); \
-  } else if constexpr (kMnMajorB) {                         \
-    TG_WGMMA_RS(N, "f16", "1", __VA_ARGS__, d, a, b, acc);  \
-  } else {                                                  \
-    TG_WGMMA_RS(N, "f16", "0", __VA_ARGS__, d, a, b, acc);  \
+#define TG_WGMMA_RS_TYPES(N, ...)                                           \
+  if constexpr (kBf16 && kMnMajorB) {                                       \
+    TG_WGMMA_RS(N, TG_WGMMA_K16("bf16"), ", 1", __VA_ARGS__, d, a, b, acc); \
+  } else if constexpr (kBf16) {                                             \
+    TG_WGMMA_RS(N, TG_WGMMA_K16("bf16"), ", 0", __VA_ARGS__, d, a, b, acc); \
+  } else if constexpr (kMnMajorB) {                                         \
+    TG_WGMMA_RS(N, TG_WGMMA_K16("f16"), ", 1", __VA_ARGS__, d, a, b, acc);  \
+  } else {                                                                  \
+    TG_WGMMA_RS(N, TG_WGMMA_K16("f16"), ", 0", __VA_ARGS__, d, a, b, acc);  \
   }
   if constexpr (kN == 64) {
     TG_WGMMA_RS_TYPES(64, "%32", "%33", "%34", "%35", "%36", "%37")
@@ -232,20 +237,6 @@ __device__ __forceinline__ void product_rs_kmajor(float (&d)[kN / 8][4], const u
 // 3xTF32 SDPA on warpgroup products. TF32 has no transposed form: A and B are both K-major.
 // A from registers holds mma.m16n8k8's TF32 A fragment for the warp's 16 rows (a0 row g column
 // t, a1 row g + 8, a2 and a3 the same rows at column t + 4; CUTLASS's ALayout_64x8).
-#define TG_WGMMA_SS_TF32(N, A_, B_, ACC_, d, a, b, acc)                                  \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                  \
-               ", 0;\n"                                                                  \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" TG_WGMMA_D##N \
-               "}, " A_ ", " B_ ", p, 1, 1;\n}\n"                                        \
-               : TG_WGMMA_F##N(d)                                                        \
-               : "l"(a), "l"(b), "r"(acc))
-#define TG_WGMMA_RS_TF32(N, A0_, A1_, A2_, A3_, B_, ACC_, d, a, b, acc)                  \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC_                                  \
-               ", 0;\n"                                                                  \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" TG_WGMMA_D##N \
-               "}, {" A0_ ", " A1_ ", " A2_ ", " A3_ "}, " B_ ", p, 1, 1;\n}\n"          \
-               : TG_WGMMA_F##N(d)                                                        \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
 
 // d (+)= A B in TF32: A (64 x 8) and B (8 x kN, kN 64 or 128) K-major in shared memory.
 template <int kN>
@@ -254,10 +245,10 @@ __device__ __forceinline__ void product_ss_tf32(float (&d)[kN / 8][4], uint64_t 
 #if TG_WGMMA_ARCH
   const uint32_t acc = accumulate ? 1u : 0u;
   if constexpr (kN == 64) {
-    TG_WGMMA_SS_TF32(64, "%32", "%33", "%34", d, a, b, acc);
+    TG_WGMMA_SS(64, TG_WGMMA_TF32, "", "%32", "%33", "%34", d, a, b, acc);
   } else {
     static_assert(kN == 128, "product_ss_tf32: 64 or 128 columns");
-    TG_WGMMA_SS_TF32(128, "%64", "%65", "%66", d, a, b, acc);
+    TG_WGMMA_SS(128, TG_WGMMA_TF32, "", "%64", "%65", "%66", d, a, b, acc);
   }
 #else
   (void)d, (void)a, (void)b, (void)accumulate;
@@ -273,10 +264,10 @@ __device__ __forceinline__ void product_rs_tf32(float (&d)[kN / 8][4], const uin
 #if TG_WGMMA_ARCH
   const uint32_t acc = accumulate ? 1u : 0u;
   if constexpr (kN == 64) {
-    TG_WGMMA_RS_TF32(64, "%32", "%33", "%34", "%35", "%36", "%37", d, a, b, acc);
+    TG_WGMMA_RS(64, TG_WGMMA_TF32, "", "%32", "%33", "%34", "%35", "%36", "%37", d, a, b, acc);
   } else {
     static_assert(kN == 128, "product_rs_tf32: 64 or 128 columns");
-    TG_WGMMA_RS_TF32(128, "%64", "%65", "%66", "%67", "%68", "%69", d, a, b, acc);
+    TG_WGMMA_RS(128, TG_WGMMA_TF32, "", "%64", "%65", "%66", "%67", "%68", "%69", d, a, b, acc);
   }
 #else
   (void)d, (void)a, (void)b, (void)accumulate;
