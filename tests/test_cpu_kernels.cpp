@@ -120,6 +120,16 @@ void check_tile_gemm(double tol) {
             INFO("m=" << m << " n=" << n << " k=" << k << " transposed=" << transposed
                       << " accumulate=" << accumulate);
             for (size_t i = 0; i < c.size(); ++i) CHECK(std::abs(c[i] - want[i]) <= tol);
+            // B in panels of W columns, each k x W, W elements of padding between panels.
+            const int64_t panel = k * W + W;
+            std::vector<T> bp(n / W * panel, T(99));
+            for (int64_t p = 0; p < k; ++p)
+              for (int64_t j = 0; j < n; ++j) bp[j / W * panel + p * W + j % W] = b[p * ldb + j];
+            for (size_t i = 0; i < c.size(); ++i) c[i] = T(0.01 * (i % 17));
+            tile_gemm_panels<T>(m, n, k, a.data(), transposed ? 1 : lda, transposed ? lda : 1,
+                                bp.data(), panel, c.data(), ldc, accumulate,
+                                accumulate ? scale.data() : nullptr);
+            for (size_t i = 0; i < c.size(); ++i) CHECK(std::abs(c[i] - want[i]) <= tol);
           }
         }
       }
@@ -127,7 +137,9 @@ void check_tile_gemm(double tol) {
   }
 }
 
-TEST_CASE("tile_gemm against a triple loop: every micro-tile, A and A^T, accumulate, scale") {
+TEST_CASE(
+    "tile_gemm against a triple loop: every micro-tile, A and A^T, B row-major and in panels, "
+    "accumulate, scale") {
   check_tile_gemm<float>(2e-5);
   check_tile_gemm<double>(1e-12);
 }
@@ -179,7 +191,9 @@ TEST_CASE("philox_uniforms: bit for bit philox_uniform at every alignment and le
       }
 }
 
-TEST_CASE("sdpa load_transposed: element for element, 8 x 8 blocks and their edges, any stride") {
+TEST_CASE(
+    "sdpa load_transposed, row-major and in panels: element for element, 8 x 8 blocks and their "
+    "edges, any stride") {
   // A (B=2, H=3, S=21, D) float32 tensor; the packed transpose of rows [row0, row0 + rows) of
   // head (1, 2), row stride ld, must be the elements themselves, zeros past `rows`.
   for (int64_t D : {1, 7, 8, 9, 16, 20, 64})
@@ -204,6 +218,20 @@ TEST_CASE("sdpa load_transposed: element for element, 8 x 8 blocks and their edg
               bad += dst[c * ld + r] != want;
             }
           CHECK_MESSAGE(bad == 0, "D=" << D << " strided=" << strided << " rows=" << rows);
+          // The same rows packed in panels of W columns, D x W each (tile_gemm_panels' B).
+          constexpr int64_t W = tg::cpu::simd::kLanes<float>;
+          const int64_t padded = (rows + W - 1) / W * W;
+          std::vector<float> panels(D * padded + 1, -7.f);
+          tg::cpu::sdpa_tiles::load_transposed_panels<float>(v, 1, 2, row0, rows, panels.data());
+          bad = 0;
+          for (int64_t c = 0; c < D; ++c)
+            for (int64_t r = 0; r < padded; ++r) {
+              const float want =
+                  r < rows ? data[(1 * 3 * S + 2 * S + row0 + r) * D * sd + c * sd] : 0.f;
+              bad += panels[r / W * D * W + c * W + r % W] != want;
+            }
+          CHECK_MESSAGE(bad == 0, "panels: D=" << D << " strided=" << strided << " rows=" << rows);
+          CHECK(panels[D * padded] == -7.f);  // nothing written past the last panel
         }
     }
 }

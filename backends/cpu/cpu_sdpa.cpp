@@ -120,8 +120,9 @@ template <class T>
 void forward_typed(const SdpaParams& p) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv();
   const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
-  const int64_t skv_p = packed_stride<T>(Skv), dv_p = packed_stride<T>(Dv);
-  const int64_t kt_size = Dqk * skv_p, v_size = Skv * dv_p;
+  constexpr int64_t W = simd::kLanes<T>;
+  const int64_t dv_p = packed_stride<T>(Dv);
+  const int64_t kt_size = Dqk * round_to_lanes<T>(Skv), v_size = Skv * dv_p;
   // Tasks are query tiles in (batch, query head, tile) order, so the tiles of a key/value head
   // follow each other. Each thread takes a contiguous share of about equal cost (the keys its
   // tiles see) and packs K^T and V of a head into its own buffer when its tiles reach it: the
@@ -159,7 +160,7 @@ void forward_typed(const SdpaParams& p) {
       if (b * Hk + tile.hk != packed_head) {
         packed_head = b * Hk + tile.hk;
         // Ragged: each head holds its own sequence's rows; paged: rows read in place.
-        load_transposed(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, skv_p, tile.kv_at);
+        load_transposed_panels(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, tile.kv_at);
         load_rows(p.v, b, tile.hk, seq.kv0, seq.rows_kv, vp, dv_p, tile.kv_at);
       }
       // What the next task loads: its query rows, and its key/value head when that is not the
@@ -187,7 +188,7 @@ void forward_typed(const SdpaParams& p) {
         }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        tile_gemm(rows, cp, Dqk, qt, Dqk, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
+        tile_gemm_panels(rows, cp, Dqk, qt, Dqk, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
         finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
         online_softmax(s, kLd, rows, cols, cp, m, l, alpha);
         if (p.dropout_p > 0) apply_dropout(p, s, kLd, b, h, i0, rows, j0, cols);
@@ -240,7 +241,7 @@ template <class T>
 void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
-  const int64_t skv_p = packed_stride<T>(Skv), dq_p = packed_stride<T>(Dqk);
+  const int64_t skv_r = round_to_lanes<T>(Skv), dq_p = packed_stride<T>(Dqk);
   const int64_t dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0;
@@ -261,11 +262,11 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       const int64_t b = task / Hk, hk = task % Hk;
       const SdpaSequence seq = sdpa_sequence(p, b);
       // This head's K^T, K and V^T, packed once for every query tile; dK and dV accumulators.
-      T* kt = head.get(Dqk * skv_p + Skv * dq_p + Dv * skv_p + Skv * dq_p + Skv * dv_p);
-      T *kr = kt + Dqk * skv_p, *vt = kr + Skv * dq_p, *dk = vt + Dv * skv_p, *dv = dk + Skv * dq_p;
-      load_transposed(p.k, b, hk, seq.kv0, seq.rows_kv, kt, skv_p);
+      T* kt = head.get(Dqk * skv_r + Skv * dq_p + Dv * skv_r + Skv * dq_p + Skv * dv_p);
+      T *kr = kt + Dqk * skv_r, *vt = kr + Skv * dq_p, *dk = vt + Dv * skv_r, *dv = dk + Skv * dq_p;
+      load_transposed_panels(p.k, b, hk, seq.kv0, seq.rows_kv, kt);
       load_rows(p.k, b, hk, seq.kv0, seq.rows_kv, kr, dq_p);
-      load_transposed(p.v, b, hk, seq.kv0, seq.rows_kv, vt, skv_p);
+      load_transposed_panels(p.v, b, hk, seq.kv0, seq.rows_kv, vt);
       std::fill(dk, dk + Skv * (dq_p + dv_p), T(0));
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
         for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
@@ -303,12 +304,12 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               prefetch_rows(*v, b, next_h, seq.q0 + next_i0, next_rows, t, blocks);
             const int64_t j0 = jfirst + (backwards ? blocks - 1 - t : t) * kBc;
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
-            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, kLd, false);  // S = Q K^T
+            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
             finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
             const T* P = s;
             if (plain) {
               // dP = dO V^T; P and dS in one pass; dV += P^T dO
-              tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
+              tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, dp, kLd, false);
               probabilities(s, kLd, rows, cols, cp, lse, dp, dvec);
               tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
             } else {
@@ -320,7 +321,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               }
               // dV += Pd^T dO;  dP = dO V^T
               tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + j0 * dv_p, dv_p, true);
-              tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, dp, kLd, false);
+              tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, dp, kLd, false);
               score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
             }
             // dQ += dS K;  dK += dS^T Q (q pre-scaled)

@@ -162,8 +162,9 @@ template <class T>
 void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  constexpr int64_t W = simd::kLanes<T>;
   const int64_t skv_p = packed_stride<T>(Skv), dq_p = packed_stride<T>(Dqk);
-  const int64_t dv_p = packed_stride<T>(Dv);
+  const int64_t skv_r = round_to_lanes<T>(Skv), dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
 #pragma omp parallel
@@ -183,16 +184,16 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
       const SdpaSequence seq = sdpa_sequence(p, b);
       const int64_t k0 = seq.kv0, kn = seq.rows_kv;
       // This head's K, its cotangent Bk, V and its cotangent C, packed once for every query
-      // tile: transposed as the B operand of the score-shaped products, as rows for the
-      // gradient products. Then the accumulators of ḡ(K) and ḡ(V).
-      T* kt = head.get(2 * (Dqk + Dv) * skv_p + 3 * Skv * (dq_p + dv_p));
-      T *bkt = kt + Dqk * skv_p, *vt = bkt + Dqk * skv_p, *ct = vt + Dv * skv_p;
-      T *kr = ct + Dv * skv_p, *bkr = kr + Skv * dq_p, *gk = bkr + Skv * dq_p;
+      // tile: transposed in panels as the B operand of the score-shaped products, as rows for
+      // the gradient products. Then the accumulators of ḡ(K) and ḡ(V).
+      T* kt = head.get(2 * (Dqk + Dv) * skv_r + 3 * Skv * (dq_p + dv_p));
+      T *bkt = kt + Dqk * skv_r, *vt = bkt + Dqk * skv_r, *ct = vt + Dv * skv_r;
+      T *kr = ct + Dv * skv_r, *bkr = kr + Skv * dq_p, *gk = bkr + Skv * dq_p;
       T *vr = gk + Skv * dq_p, *cr = vr + Skv * dv_p, *gv = cr + Skv * dv_p;
-      load_transposed(p.k, b, hk, k0, kn, kt, skv_p);
-      load_transposed(g.dk_bar, b, hk, k0, kn, bkt, skv_p);
-      load_transposed(p.v, b, hk, k0, kn, vt, skv_p);
-      load_transposed(g.dv_bar, b, hk, k0, kn, ct, skv_p);
+      load_transposed_panels(p.k, b, hk, k0, kn, kt);
+      load_transposed_panels(g.dk_bar, b, hk, k0, kn, bkt);
+      load_transposed_panels(p.v, b, hk, k0, kn, vt);
+      load_transposed_panels(g.dv_bar, b, hk, k0, kn, ct);
       load_rows(p.k, b, hk, k0, kn, kr, dq_p);
       load_rows(g.dk_bar, b, hk, k0, kn, bkr, dq_p);
       load_rows(p.v, b, hk, k0, kn, vr, dv_p);
@@ -222,14 +223,18 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
           for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 1
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             T* s = c.P + j0;
-            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, kt + j0, skv_p, s, skv_p, false);
+            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, skv_p, false);
             finish_scores(p, seq, s, skv_p, b, h, i0, rows, j0, cols,
                           softcap ? c.th + j0 : nullptr);
             probabilities(s, skv_p, rows, cols, cp, st.lse);
-            tile_gemm(rows, cp, Dv, dot, dv_p, 1, vt + j0, skv_p, c.dP + j0, skv_p, false);
-            tile_gemm(rows, cp, Dv, dot, dv_p, 1, ct + j0, skv_p, c.X + j0, skv_p, false);
-            tile_gemm(rows, cp, Dqk, as, dq_p, 1, kt + j0, skv_p, c.G + j0, skv_p, false);
-            tile_gemm(rows, cp, Dqk, qs, dq_p, 1, bkt + j0, skv_p, c.G + j0, skv_p, true);
+            tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, c.dP + j0, skv_p,
+                             false);
+            tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, ct + j0 * Dv, Dv * W, c.X + j0, skv_p,
+                             false);
+            tile_gemm_panels(rows, cp, Dqk, as, dq_p, 1, kt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
+                             false);
+            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, bkt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
+                             true);
             if (dropout) {
               std::fill(z, z + rows * kBc, T(1));
               apply_dropout(p, z, kBc, b, h, i0, rows, j0, cols);

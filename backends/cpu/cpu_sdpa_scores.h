@@ -82,20 +82,25 @@ inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd
   }
 }
 
-// The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v into dst (D x ld,
-// ld >= rows); columns [rows, ld) zeroed. `at` as for load_rows.
+// The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v into dst, element (c, r)
+// (column c of row r) at dst[(r / W) * ps + r % W + c * cs], W = kLanes<T>; rows [rows, padded)
+// zeroed. `at` as for load_rows. load_transposed and load_transposed_panels below are its two
+// layouts.
 template <class T>
-void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-                     int64_t ld, const int64_t* at = nullptr) {
+void transpose_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                    int64_t cs, int64_t ps, int64_t padded, const int64_t* at) {
+  constexpr int64_t W = simd::kLanes<T>;
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  auto at_rc = [&](int64_t r, int64_t c) -> T& { return dst[r / W * ps + r % W + c * cs]; };
+  for (int64_t c = 0; c < width; ++c)
+    for (int64_t r = rows; r < padded; ++r) at_rc(r, c) = T(0);
   with_elements<T>(v, [&](const auto* data) {
     const auto* src = data + b * v.strides[0] + h * v.strides[1];
     if (at) {  // rows one by one, each written down its column of dst
       for (int64_t r = 0; r < rows; ++r) {
         const auto* s = src + at[r] * sr;
-        for (int64_t c = 0; c < width; ++c) dst[c * ld + r] = static_cast<T>(s[c * sd]);
+        for (int64_t c = 0; c < width; ++c) at_rc(r, c) = static_cast<T>(s[c * sd]);
       }
-      for (int64_t c = 0; c < width; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, T(0));
       return;
     }
     // Blocks of kRowBlock source rows, each read across all its columns while it sits in L1
@@ -104,26 +109,42 @@ void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t 
     src += row0 * sr;
     int64_t r_done = 0;  // rows [0, r_done) already written by whole 8 x 8 blocks
     if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(data)>>, float>) {
-      if (sd == 1) {
+      // Eight rows r_done.. in one run of W (or one row-major run): their columns cs apart.
+      if (sd == 1 && (W % 8 == 0 || ps == W)) {
         const int64_t w8 = width / 8 * 8;
         for (; r_done + 8 <= rows; r_done += 8) {
           for (int64_t c = 0; c < w8; c += 8)
-            transpose_8x8(src + r_done * sr + c, sr, dst + c * ld + r_done, ld);
+            transpose_8x8(src + r_done * sr + c, sr, &at_rc(r_done, c), cs);
           for (int64_t c = w8; c < width; ++c)
-            for (int64_t r = r_done; r < r_done + 8; ++r) dst[c * ld + r] = src[r * sr + c];
+            for (int64_t r = r_done; r < r_done + 8; ++r) at_rc(r, c) = src[r * sr + c];
         }
       }
     }
     for (int64_t r0 = r_done; r0 < rows; r0 += kRowBlock) {
       const int64_t nr = std::min(kRowBlock, rows - r0);
       for (int64_t c = 0; c < width; ++c) {
-        T* d = dst + c * ld + r0;
         const auto* s = src + r0 * sr + c * sd;
-        for (int64_t r = 0; r < nr; ++r) d[r] = static_cast<T>(s[r * sr]);
+        for (int64_t r = 0; r < nr; ++r) at_rc(r0 + r, c) = static_cast<T>(s[r * sr]);
       }
     }
-    for (int64_t c = 0; c < width; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, T(0));
   });
+}
+
+// The transpose as a D x ld row-major matrix (ld >= rows; columns [rows, ld) zeroed).
+template <class T>
+void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                     int64_t ld, const int64_t* at = nullptr) {
+  transpose_rows(v, b, h, row0, rows, dst, ld, simd::kLanes<T>, ld, at);
+}
+
+// The transpose packed in panels of W = kLanes<T> columns, each D x W and contiguous, as
+// tile_gemm_panels reads its B (panel stride D * W; the last panel's columns past `rows`
+// zeroed): round_to_lanes(rows) * D elements.
+template <class T>
+void load_transposed_panels(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                            const int64_t* at = nullptr) {
+  constexpr int64_t W = simd::kLanes<T>;
+  transpose_rows(v, b, h, row0, rows, dst, W, v.sizes[3] * W, (rows + W - 1) / W * W, at);
 }
 
 // Part `part` of `parts` of the rows [row0, row0 + rows) of a (B, H, S, D) view at (b, h),

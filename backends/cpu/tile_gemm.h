@@ -23,10 +23,12 @@ namespace tile_detail {
 inline constexpr int kRows = 6;
 inline constexpr int kVecs = simd::kRegisters >= 32 ? 4 : 2;
 
+// B's row k holds its vectors at b + k * ldb + j * bv: bv = W for a row-major B, the panel
+// stride for one packed in panels of W columns (tile_gemm_panels).
 template <class T, int MR, int NV>
 [[gnu::always_inline]] inline void micro(int64_t kk, const T* a, int64_t am, int64_t ak, const T* b,
-                                         int64_t ldb, T* c, int64_t ldc, bool accumulate,
-                                         const T* row_scale) {
+                                         int64_t ldb, int64_t bv, T* c, int64_t ldc,
+                                         bool accumulate, const T* row_scale) {
   using V = simd::Vec<T>;
   constexpr int W = simd::kLanes<T>;
   V acc[MR][NV];
@@ -44,14 +46,14 @@ template <class T, int MR, int NV>
   for (int64_t k = 0; k < kk; ++k) {
     const T* bk = b + k * ldb;
     const T* ap = a + k * ak;
-    V bv[NV];
+    V bj[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) bv[j] = simd::load(bk + j * W);
+    for (int j = 0; j < NV; ++j) bj[j] = simd::load(bk + j * bv);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const V ai = simd::splat(ap[i * am]);
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+      for (int j = 0; j < NV; ++j) acc[i][j] += ai * bj[j];
     }
   }
 #pragma GCC unroll 8
@@ -63,21 +65,22 @@ template <class T, int MR, int NV>
 
 template <class T>
 using Panel = void (*)(int64_t m, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
-                       int64_t ldb, T* c, int64_t ldc, bool accumulate, const T* row_scale);
+                       int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate,
+                       const T* row_scale);
 
 // One column panel NV vectors wide, all m rows: kRows-row micro-tiles, then the remaining rows,
 // every micro-kernel inlined. (A call per micro-tile cost 2-7% of a 64-deep product on Zen 4:
 // the prologue and epilogue could not overlap the next tile's products.)
 template <class T, int NV>
-void panel(int64_t m, int64_t k, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb, T* c,
-           int64_t ldc, bool accumulate, const T* row_scale) {
+void panel(int64_t m, int64_t k, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb,
+           int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
   int64_t m0 = 0;
   for (; m0 + kRows <= m; m0 += kRows)
-    micro<T, kRows, NV>(k, a + m0 * am, am, ak, b, ldb, c + m0 * ldc, ldc, accumulate,
+    micro<T, kRows, NV>(k, a + m0 * am, am, ak, b, ldb, bv, c + m0 * ldc, ldc, accumulate,
                         row_scale ? row_scale + m0 : nullptr);
   const int64_t rest = m - m0;
   [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((rest == R + 1 ? micro<T, R + 1, NV>(k, a + m0 * am, am, ak, b, ldb, c + m0 * ldc, ldc,
+    ((rest == R + 1 ? micro<T, R + 1, NV>(k, a + m0 * am, am, ak, b, ldb, bv, c + m0 * ldc, ldc,
                                           accumulate, row_scale ? row_scale + m0 : nullptr)
                     : void()),
      ...);
@@ -114,6 +117,20 @@ constexpr int64_t packed_stride(int64_t n) {
   return (ld * static_cast<int64_t>(sizeof(T))) % 1024 == 0 ? ld + 64 / sizeof(T) : ld;
 }
 
+namespace tile_detail {
+// Column panels of kVecs vectors; B's vector n0 / W at b + (n0 / W) * bv.
+template <class T>
+void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
+               int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
+  constexpr int64_t W = simd::kLanes<T>;
+  for (int64_t n0 = 0; n0 < n; n0 += kVecs * W) {
+    const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
+    panels<T>[nv - 1](m, k, a, am, ak, b + n0 / W * bv, ldb, bv, c + n0, ldc, accumulate,
+                      row_scale);
+  }
+}
+}  // namespace tile_detail
+
 // C (m x n, row stride ldc) = [row_scale ⊙ C +] A B, where A(i, k) = a[i * am + k * ak] (a
 // row-major A: am = lda, ak = 1; a transposed one: am = 1, ak = lda) and B is row-major k x n
 // with row stride ldb. n must be a multiple of kLanes<T>: B and C are read and written over
@@ -123,12 +140,21 @@ constexpr int64_t packed_stride(int64_t n) {
 template <class T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
                int64_t ldb, T* c, int64_t ldc, bool accumulate, const T* row_scale = nullptr) {
-  using namespace tile_detail;
-  constexpr int64_t W = simd::kLanes<T>;
-  for (int64_t n0 = 0; n0 < n; n0 += kVecs * W) {
-    const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
-    panels<T>[nv - 1](m, k, a, am, ak, b + n0, ldb, c + n0, ldc, accumulate, row_scale);
-  }
+  tile_detail::tile_gemm(m, n, k, a, am, ak, b, ldb, simd::kLanes<T>, c, ldc, accumulate,
+                         row_scale);
+}
+
+// The same with B packed in panels of W = kLanes<T> columns (pack_panels): column j of row k
+// at b[(j / W) * panel + k * W + j % W], each panel k x W contiguous, `panel` elements apart.
+// A B whose rows are long (K^T over a whole sequence) otherwise puts each row of a tile on its
+// own page: 64 rows of 4 KiB outgrow a Zen 3 core's 64-entry L1 TLB (S = Q K^T 64 x 128 x 64,
+// AVX2 code, one Zen 3 core: 87 GFLOP/s from rows 1040 floats apart, 96.5 from 144).
+template <class T>
+void tile_gemm_panels(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak,
+                      const T* b, int64_t panel, T* c, int64_t ldc, bool accumulate,
+                      const T* row_scale = nullptr) {
+  tile_detail::tile_gemm(m, n, k, a, am, ak, b, simd::kLanes<T>, panel, c, ldc, accumulate,
+                         row_scale);
 }
 
 }  // namespace tg::cpu
