@@ -232,6 +232,21 @@ TEST_CASE(
             }
           CHECK_MESSAGE(bad == 0, "panels: D=" << D << " strided=" << strided << " rows=" << rows);
           CHECK(panels[D * padded] == -7.f);  // nothing written past the last panel
+          // The rows themselves in panels of W of their columns, rows + 2 rows a panel.
+          const int64_t cols = (D + W - 1) / W * W, panel = (rows + 2) * W;
+          std::vector<float> rp(cols / W * panel, -7.f);
+          tg::cpu::sdpa_tiles::load_rows_panels<float>(v, 1, 2, row0, rows, rp.data(), cols, panel);
+          bad = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              const float want =
+                  c < D ? data[(1 * 3 * S + 2 * S + row0 + r) * D * sd + c * sd] : 0.f;
+              bad += rp[c / W * panel + r * W + c % W] != want;
+            }
+          for (int64_t c = 0; c < cols; ++c)  // the panels' spare rows untouched
+            bad += rp[c / W * panel + rows * W + c % W] != -7.f;
+          CHECK_MESSAGE(bad == 0,
+                        "row panels: D=" << D << " strided=" << strided << " rows=" << rows);
         }
     }
 }

@@ -265,7 +265,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       T* kt = head.get(Dqk * skv_r + Skv * dq_p + Dv * skv_r + Skv * dq_p + Skv * dv_p);
       T *kr = kt + Dqk * skv_r, *vt = kr + Skv * dq_p, *dk = vt + Dv * skv_r, *dv = dk + Skv * dq_p;
       load_transposed_panels(p.k, b, hk, seq.kv0, seq.rows_kv, kt);
-      load_rows(p.k, b, hk, seq.kv0, seq.rows_kv, kr, dq_p);
+      load_rows_panels(p.k, b, hk, seq.kv0, seq.rows_kv, kr, dq_p, Skv * W);
       load_transposed_panels(p.v, b, hk, seq.kv0, seq.rows_kv, vt);
       std::fill(dk, dk + Skv * (dq_p + dv_p), T(0));
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
@@ -325,7 +325,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
             }
             // dQ += dS K;  dK += dS^T Q (q pre-scaled)
-            tile_gemm(rows, dq_p, cols, dp, kLd, 1, kr + j0 * dq_p, dq_p, dq, dq_p, true);
+            tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + j0 * W, Skv * W, dq, dq_p, true);
             tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + j0 * dq_p, dq_p, true);
           }
           store_rows(g.dq, b, h, seq.q0 + i0, rows, dq, dq_p, scale);

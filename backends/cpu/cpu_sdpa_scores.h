@@ -32,26 +32,50 @@ void with_elements(const View& v, F&& f) {
   f(static_cast<T*>(v.data));
 }
 
+// Rows [row0, row0 + rows) of the (b, h) matrix of v, element (r, c) at
+// dst[r * rs + (c / W) * ps + c % W] (W = kLanes<T>), columns [width, cols) zeroed: load_rows
+// and load_rows_panels below are its two layouts.
+template <class T>
+void load_rows_as(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                  int64_t rs, int64_t ps, int64_t cols, const int64_t* at) {
+  constexpr int64_t W = simd::kLanes<T>;
+  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  with_elements<T>(v, [&](const auto* data) {
+    const auto* src = data + b * v.strides[0] + h * v.strides[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* s = src + (at ? at[r] : row0 + r) * sr;
+      T* d = dst + r * rs;
+      if (ps == W) {  // row-major: each row contiguous
+        if (sd == 1) {
+          for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c]);
+        } else {
+          for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c * sd]);
+        }
+        std::fill(d + width, d + cols, T(0));
+      } else {
+        for (int64_t c = 0; c < cols; ++c)
+          d[c / W * ps + c % W] = c < width ? static_cast<T>(s[c * sd]) : T(0);
+      }
+    }
+  });
+}
+
 // rows x width block of a (B, H, S, D) view at (b, h, row0) into a row-major buffer with row
 // stride ld >= width; columns [width, ld) are zeroed (the tile products read whole vectors).
 // With `at` (the paged layout's SdpaParams::kv_rows), row r is row at[r] instead of row0 + r.
 template <class T>
 void load_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst, int64_t ld,
                const int64_t* at = nullptr) {
-  const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  with_elements<T>(v, [&](const auto* data) {
-    const auto* src = data + b * v.strides[0] + h * v.strides[1];
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto* s = src + (at ? at[r] : row0 + r) * sr;
-      T* d = dst + r * ld;
-      if (sd == 1) {
-        for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c]);
-      } else {
-        for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c * sd]);
-      }
-      std::fill(d + width, d + ld, T(0));
-    }
-  });
+  load_rows_as(v, b, h, row0, rows, dst, ld, simd::kLanes<T>, ld, at);
+}
+
+// The same rows packed in panels of W = kLanes<T> columns, element (r, c) at
+// dst[(c / W) * panel + r * W + c % W] (tile_gemm_panels' B: a panel is `panel` >= rows * W
+// elements), columns [width, cols) zeroed; cols a multiple of W.
+template <class T>
+void load_rows_panels(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                      int64_t cols, int64_t panel, const int64_t* at = nullptr) {
+  load_rows_as(v, b, h, row0, rows, dst, simd::kLanes<T>, panel, cols, at);
 }
 
 // dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block of float32, in three rounds of
