@@ -5,10 +5,12 @@
 // Every tile product goes through tile_gemm's register-blocked micro-kernel. Its B operand is
 // read row by row with whole vectors, so key/value heads are packed (K^T and V for the forward,
 // once per thread whose share of query tiles reaches the head; K^T, K and V^T for the backward,
-// once per head task; rows padded to whole vectors with zeros) and then read by every query
-// tile of every query head of the group from that core's cache. Scores, P and dS stay in one
-// kBr x kBc tile per thread (36 KiB at float32 with its row padding), where the score rules, the
-// online softmax and the dropout run over whole vectors.
+// once per head task; rows padded to whole vectors with zeros; K^T, V^T and the backward's K
+// in panels of one vector's columns, so that a tile's rows of B share pages and spread over
+// the L1's sets) and then read by every query tile of every query head of the group from that
+// core's cache. Scores, P and dS stay in one kBr x kBc tile per thread (36 KiB at float32 with
+// its row padding), where the score rules, the online softmax and the dropout run over whole
+// vectors.
 #include <algorithm>
 #include <cmath>
 #include <limits>
