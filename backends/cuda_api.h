@@ -59,17 +59,20 @@ void set_cuda_sdpa_warp_rows(int rows);
 bool cuda_sdpa_deterministic();
 void set_cuda_sdpa_deterministic(bool on);
 
-// Whether the tensor-core SDPA may run on sm_90's warpgroup products (wgmma) on a device of
-// compute capability 9.0 (H100, H200): for 16-bit inputs, options without a float or bool mask,
+// Where the tensor-core SDPA runs on sm_90's warpgroup products (wgmma) on a device of compute
+// capability 9.0 (H100, H200). They take 16-bit inputs, options without a float or bool mask,
 // ALiBi, softcap or dropout, and head dims up to 256 in the forward (with a positive scale), up
-// to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call,
-// and every call when this is false (for comparison, or should a driver misbehave). Until set,
-// the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("1" or "0") decides, read on every call,
-// else true. Anything else is an error. On an H100 they took bf16 forward+backward from
-// 0.73x PyTorch's FlashAttention-2 to 1.24x at S 8192 D 128 on their first run
-// (docs/PERFORMANCE.md, session 40).
-bool cuda_sdpa_wgmma();
-void set_cuda_sdpa_wgmma(bool on);
+// to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call.
+//  "auto" (the default): head dims above 32 (at 32, the reference model's, the mma.sync
+//    kernels' tiles of 32 run faster than their tiles of 64: docs/PERFORMANCE.md, session 41);
+//  "on": every pass they take (tests; comparisons);
+//  "off": none (for comparison, or should a driver misbehave).
+// Until set, the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("auto", "on" or "1", "off" or
+// "0") decides, read on every call, else "auto". Anything else is an error. On an H100 they took
+// bf16 forward+backward from 0.73x PyTorch's FlashAttention-2 to 1.24x at S 8192 D 128 on their
+// first run (docs/PERFORMANCE.md, session 40).
+std::string cuda_sdpa_wgmma();
+void set_cuda_sdpa_wgmma(const std::string& mode);
 
 // How cuBLAS float32 GEMMs may run on CUDA devices, with PyTorch's names:
 //  "highest" (the default): float32 arithmetic.

@@ -15,7 +15,7 @@ namespace {
 
 std::atomic<int> g_rows{-1};           // else 0 (automatic), 16 or 32
 std::atomic<int> g_deterministic{-1};  // else 0 or 1
-std::atomic<int> g_wgmma{-1};          // else 0 or 1
+std::atomic<int> g_wgmma{-1};          // else an index of kWgmmaModes
 
 // The environment variable `name`'s value, one of `allowed` (else an error from `op`), or
 // `fallback` when it is unset or empty.
@@ -53,13 +53,24 @@ bool cuda_sdpa_deterministic() {
 
 void set_cuda_sdpa_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 
-bool cuda_sdpa_wgmma() {
+constexpr const char* kWgmmaModes[] = {"auto", "on", "off"};
+
+std::string cuda_sdpa_wgmma() {
   const int set = g_wgmma.load();
-  if (set != -1) return set == 1;
-  return from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"1", "0"}, "\"1\" or \"0\"", "1",
-                  "cuda_sdpa_wgmma") == "1";
+  if (set != -1) return kWgmmaModes[set];
+  const std::string env =
+      from_env("TAPEGRAD_CUDA_SDPA_WGMMA", {"auto", "on", "off", "1", "0"},
+               "\"auto\", \"on\" (or \"1\") or \"off\" (or \"0\")", "auto", "cuda_sdpa_wgmma");
+  return env == "1" ? "on" : env == "0" ? "off" : env;
 }
 
-void set_cuda_sdpa_wgmma(bool on) { g_wgmma.store(on ? 1 : 0); }
+void set_cuda_sdpa_wgmma(const std::string& mode) {
+  for (int i = 0; i < 3; ++i)
+    if (mode == kWgmmaModes[i]) {
+      g_wgmma.store(i);
+      return;
+    }
+  fail("set_cuda_sdpa_wgmma", "mode: expected \"auto\", \"on\" or \"off\", got \"", mode, "\"");
+}
 
 }  // namespace tg

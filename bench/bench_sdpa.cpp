@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
           tg::cuda_sdpa_tensor_cores() ? "on" : "off", tg::cuda_sdpa_warp_rows(),
           tg::cuda_sdpa_deterministic() ? "in its own pass (deterministic)"
                                         : "summed by the dK/dV pass (atomic adds)",
-          tg::cuda_sdpa_wgmma() ? "on (16-bit plain calls, compute capability 9.0)" : "off");
+          tg::cuda_sdpa_wgmma().c_str());
       for (bool causal : {false, true}) {
         run_case({4, 16, 16, 2048, 64, causal});
         run_case({1, 8, 8, 8192, 128, causal});

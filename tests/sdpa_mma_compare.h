@@ -35,7 +35,7 @@ using tg::Shape;
 using tg::Tensor;
 
 // A setting (kGet / kSet) changed for a scope and restored after it.
-template <class T, T (*kGet)(), void (*kSet)(T)>
+template <class T, auto kGet, auto kSet>
 struct Scoped {
   T was = kGet();
   explicit Scoped(T value) { kSet(value); }
@@ -46,7 +46,7 @@ struct Scoped {
 using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_rows>;
 using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
 using Deterministic = Scoped<bool, tg::cuda_sdpa_deterministic, tg::set_cuda_sdpa_deterministic>;
-using Wgmma = Scoped<bool, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
+using Wgmma = Scoped<std::string, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,

@@ -242,7 +242,7 @@ TEST_CASE(
 }
 
 TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
-  const Wgmma mma_sync(false);  // the emulated device is an H100: the wgmma cases are below
+  const Wgmma mma_sync("off");  // the emulated device is an H100: the wgmma cases are below
   std::mt19937_64 rng(2031);
   for (int n = 0; n < 24; ++n) {
     const Config c = random_config(rng);
@@ -260,7 +260,7 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
   // (the emulator runs the blocks one after another, so here the order is fixed and both
   // schedules agree bitwise). Random configurations, and an odd head dim (single adds).
   const Deterministic atomics(false);
-  const Wgmma mma_sync(false);  // as the GPU picks for a summed dQ (the forward too, here)
+  const Wgmma mma_sync("off");  // as the GPU picks for a summed dQ (the forward too, here)
   std::mt19937_64 rng(2032);
   for (int n = 0; n < 6; ++n) {
     Config c = random_config(rng);
@@ -303,7 +303,7 @@ TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CP
     const DType dt = n % 2 ? kFloat16 : kBFloat16;
     const bool narrow = std::max(c.Dqk, c.Dv) <= 128;
     INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
-    const Wgmma on(true);
+    const Wgmma on("on");
     cuda_emulator::clear_launches();
     compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
     if (narrow) {
@@ -312,7 +312,7 @@ TEST_CASE("emulated tensor-core sdpa: warpgroup products (wgmma), against the CP
       CHECK(wgmma_launches(false) == 1 + 2);  // the forward twice
     }
   }
-  const Wgmma off(false);
+  const Wgmma off("off");
   cuda_emulator::clear_launches();
   const Tensor x = tgtest::rnd({1, 1, 8, 16}, 1).to(kBFloat16);
   run_emulated(x, x, x, x, {});
@@ -337,7 +337,7 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
     std::vector<std::vector<double>> bits;
     for (const int rows : {16, 32}) {
       const WarpRows mode(rows);
-      const Wgmma mma_sync(false);
+      const Wgmma mma_sync("off");
       const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
       INFO((rising ? "rising" : "falling") << " scores, " << rows << " rows per warp");
       check_close("out", cpu.out, r.out, 4 * unit(kBFloat16));
@@ -347,7 +347,7 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
     CHECK(bits[0] == bits[1]);
     // The kernel on warpgroup products (128-key tiles: rising scores move the base at every
     // tile but the first, where the output is still 0).
-    const Wgmma on(true);
+    const Wgmma on("on");
     cuda_emulator::clear_launches();
     const SdpaResult r = run_emulated(q, k, v, dout, {}).first;
     INFO((rising ? "rising" : "falling") << " scores, warpgroup products");

@@ -48,7 +48,7 @@ TEST_CASE("sdpa on the tensor cores: bfloat16 and float16 against the CPU, outpu
   // The mma.sync kernels, also on a device where warpgroup products would take the plain calls
   // (the next case checks those).
   TensorCores on(true);
-  const Wgmma mma_sync(false);
+  const Wgmma mma_sync("off");
   std::mt19937_64 rng(2028);
   int several_tiles = 0, element_loads = 0;
   for (int n = 0; n < 200; ++n) {
@@ -70,7 +70,7 @@ TEST_CASE("sdpa on the tensor cores: warpgroup products (wgmma), against the CPU
   // key and query tiles, causal in both alignments, with GQA, at head dims 64, 128 and 256 (the
   // forward alone on warpgroup products: with a producer warpgroup up to 128, without above).
   TensorCores on(true);
-  const Wgmma wgmma(true);
+  const Wgmma wgmma("on");
   std::mt19937_64 rng(2034);
   for (int n = 0; n < 84; ++n) {
     Config c = plain_config(random_config(rng));
@@ -102,7 +102,7 @@ TEST_CASE("sdpa on the tensor cores: the backward is deterministic (bitwise equa
   o.seed = 5;
   // With dropout (the mma.sync kernels), and without it on warpgroup products where they run.
   for (const bool wgmma : {false, true}) {
-    const Wgmma mode(wgmma);
+    const Wgmma mode(wgmma ? "on" : "off");
     if (wgmma) o.dropout_p = 0;
     const SdpaResult r = sdpa_forward(q, k, v, o);
     const SdpaGrads a = sdpa_backward(q, k, v, r.out, dout, r.stats, o);

@@ -2,6 +2,8 @@
 // argument, what was expected and what came.
 #include <cstdlib>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -156,19 +158,27 @@ TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", e
   set_cuda_sdpa_deterministic(true);
 }
 
-TEST_CASE("tensor-core SDPA's warpgroup products: on by default, \"1\" or \"0\", else an error") {
-  CHECK(cuda_sdpa_wgmma());  // the test environment sets nothing
-  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "0", 1);
-  CHECK(!cuda_sdpa_wgmma());
-  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "on", 1);
+TEST_CASE("tensor-core SDPA's warpgroup products: auto by default, on or off, else an error") {
+  CHECK(cuda_sdpa_wgmma() == "auto");  // the test environment sets nothing
+  for (const auto& [env, mode] : std::vector<std::pair<const char*, const char*>>{
+           {"0", "off"}, {"off", "off"}, {"1", "on"}, {"on", "on"}, {"auto", "auto"}}) {
+    setenv("TAPEGRAD_CUDA_SDPA_WGMMA", env, 1);
+    CHECK(cuda_sdpa_wgmma() == mode);
+  }
+  setenv("TAPEGRAD_CUDA_SDPA_WGMMA", "yes", 1);
   check_throws_with_prefix([&] { cuda_sdpa_wgmma(); }, "[cuda_sdpa_wgmma]",
-                           "TAPEGRAD_CUDA_SDPA_WGMMA: expected \"1\" or \"0\", got \"on\"");
-  set_cuda_sdpa_wgmma(true);  // set: the environment is not read
-  CHECK(cuda_sdpa_wgmma());
+                           "TAPEGRAD_CUDA_SDPA_WGMMA: expected \"auto\", \"on\" (or \"1\") or "
+                           "\"off\" (or \"0\"), got \"yes\"");
+  set_cuda_sdpa_wgmma("on");  // set: the environment is not read
+  CHECK(cuda_sdpa_wgmma() == "on");
   unsetenv("TAPEGRAD_CUDA_SDPA_WGMMA");
-  set_cuda_sdpa_wgmma(false);
-  CHECK(!cuda_sdpa_wgmma());
-  set_cuda_sdpa_wgmma(true);
+  check_throws_with_prefix([&] { set_cuda_sdpa_wgmma("1"); }, "[set_cuda_sdpa_wgmma]",
+                           "mode: expected \"auto\", \"on\" or \"off\", got \"1\"");
+  CHECK(cuda_sdpa_wgmma() == "on");  // unchanged by the refused call
+  set_cuda_sdpa_wgmma("off");
+  CHECK(cuda_sdpa_wgmma() == "off");
+  set_cuda_sdpa_wgmma("auto");
+  CHECK(cuda_sdpa_wgmma() == "auto");
 }
 
 TEST_CASE("tensor-core SDPA rows per warp: automatic, 16 or 32, anything else an error") {

@@ -114,8 +114,9 @@ void with_kind(bool plain, F&& f) {
 }
 
 // The forward on warpgroup products (cuda_sdpa_wgmma_forward.cu) where it applies: 16-bit
-// forward_plain_only() calls at head dims up to 256 on a wgmma_device(), while
-// cuda_sdpa_wgmma() is on. False where it does not (nothing was run).
+// forward_plain_only() calls at head dims up to 256 on a wgmma_device(), where
+// tg::cuda_sdpa_wgmma() gives them the call (wg::runs_wgmma). False where it does not (nothing
+// was run).
 template <class S>
 bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec);
 // The backward's dQ pass and dK/dV pass on warpgroup products (cuda_sdpa_wgmma_backward.cu)

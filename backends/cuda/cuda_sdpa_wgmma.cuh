@@ -3,6 +3,7 @@
 // alignment.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda/cuda_sdpa_mma_launch.cuh"
 #include "backends/cuda/cuda_wgmma.cuh"
@@ -14,6 +15,19 @@ constexpr int kGroupRows = 64;      // the rows (query rows, or keys) a group's 
 constexpr int kGroups = 2;          // groups a block
 constexpr int kThreads = kGroups * kGroupThreads;
 constexpr int kBlockRows = kGroups * kGroupRows;
+
+// Whether a call of head width `width` (max(Dqk, Dv)) runs on them (tg::cuda_sdpa_wgmma()):
+// "on", or "auto" above 32. Their tiles are 64 wide at least, so at 32 they multiply padding
+// for half their products, where the mma.sync kernels have tiles of 32. bf16 on an H100,
+// medians of 300 calls in each of three runs, every pass on warpgroup products against every
+// pass on mma.sync: forward+backward at the reference model's step shape (B 16, Hq 8, Hk 2,
+// S 128, D 32) 0.057-0.062 ms against 0.049-0.055 causal, 0.050-0.061 against 0.046-0.057 not
+// (each run's own pair 6-14% apart); the forward alone 0.020-0.022 against 0.018-0.021. At
+// D 64 they win on as small a problem: B 4, H 8, S 512, causal 0.065-0.068 against 0.077-0.080.
+inline bool runs_wgmma(int64_t width) {
+  const std::string mode = cuda_sdpa_wgmma();
+  return mode == "on" || (mode == "auto" && width > 32);
+}
 
 // The tiles' start in the dynamic shared array: the swizzle is the hardware's on address bits,
 // so they start on its period (wgmma::kAtomBytes, which each kernel's shared memory adds)

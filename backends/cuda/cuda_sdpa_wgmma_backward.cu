@@ -328,15 +328,16 @@ __global__ void __launch_bounds__(wg::kThreads, 1)
 }
 
 // Calls f(std::integral_constant<int, kD>) for the head width of a call the warpgroup kernels
-// take (plain_only() 16-bit calls at head dims up to 128 on a wgmma_device(), the passes'
-// shared memory within the device's); false (f not called) for any other.
+// take (plain_only() 16-bit calls at head dims up to 128 on a wgmma_device(), wg::runs_wgmma,
+// the passes' shared memory within the device's); false (f not called) for any other.
 template <class S, class F>
 bool with_wgmma_width(int device, const Args<float, S>& a, F&& f) {
   if constexpr (kTf32<S>) {
     return false;
   } else {
     const int64_t width = std::max(a.Dqk, a.Dv);
-    if (width > 128 || !cuda_sdpa_wgmma() || !plain_only(a) || !wgmma_device(device)) return false;
+    if (width > 128 || !wg::runs_wgmma(width) || !plain_only(a) || !wgmma_device(device))
+      return false;
     const auto run = [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
       const size_t smem = std::max(smem_wg_dq<S, kD>, smem_wg_dkv<S, kD>);

@@ -392,7 +392,7 @@ bool wgmma_forward(int device, const Args<float, S>& a, const Vectorized& vec) {
     return false;
   } else {
     const int64_t width = std::max(a.Dqk, a.Dv);
-    if (width > 256 || !cuda_sdpa_wgmma() || !forward_plain_only(a) || !wgmma_device(device))
+    if (width > 256 || !wg::runs_wgmma(width) || !forward_plain_only(a) || !wgmma_device(device))
       return false;
     const auto run = [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
