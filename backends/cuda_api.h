@@ -65,7 +65,7 @@ void set_cuda_sdpa_deterministic(bool on);
 // to 128 in the backward (with dQ in its own pass); the mma.sync kernels run every other call.
 //  "auto" (the default): head dims above 32 (at 32, the reference model's, the mma.sync
 //    kernels' tiles of 32 run faster than their tiles of 64: docs/PERFORMANCE.md, session 41);
-//  "on": every pass they take (tests; comparisons);
+//  "on": every call they take (tests; comparisons);
 //  "off": none (for comparison, or should a driver misbehave).
 // Until set, the environment variable TAPEGRAD_CUDA_SDPA_WGMMA ("auto", "on" or "1", "off" or
 // "0") decides, read on every call, else "auto". Anything else is an error. On an H100 they took
