@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 
 #include "backends/cuda_api.h"
@@ -65,7 +66,7 @@ std::string cuda_sdpa_wgmma() {
 }
 
 void set_cuda_sdpa_wgmma(const std::string& mode) {
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < static_cast<int>(std::size(kWgmmaModes)); ++i)
     if (mode == kWgmmaModes[i]) {
       g_wgmma.store(i);
       return;

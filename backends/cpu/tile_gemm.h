@@ -110,7 +110,8 @@ constexpr int64_t round_to_lanes(int64_t n) {
 // the other down a 64-byte column slice; at a stride of 4 KiB (1024 keys of float32) every row
 // falls in the same set of a 64-set, 8-way L1 and the slice never stays there (measured on a
 // Zen 4 core with AVX2 code: S = Q K^T 64 x 128 x 64 at 67 GFLOP/s from a 1024-float stride,
-// 105 from 1040).
+// 105 from 1040; K^T is now packed in panels instead, see tile_gemm_panels). Row-major tiles
+// (V, dO, the accumulators, the double backward's row caches) still use it.
 template <class T>
 constexpr int64_t packed_stride(int64_t n) {
   const int64_t ld = round_to_lanes<T>(n);
@@ -144,7 +145,8 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t 
                          row_scale);
 }
 
-// The same with B packed in panels of W = kLanes<T> columns (pack_panels): column j of row k
+// The same with B packed in panels of W = kLanes<T> columns (load_transposed_panels,
+// load_rows_panels in cpu_sdpa_scores.h): column j of row k
 // at b[(j / W) * panel + k * W + j % W], each panel k x W contiguous, `panel` elements apart.
 // A B whose rows are long (K^T over a whole sequence) otherwise puts each row of a tile on its
 // own page: 64 rows of 4 KiB outgrow a Zen 3 core's 64-entry L1 TLB (S = Q K^T 64 x 128 x 64,
