@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "backends/cpu/cost_split.h"
@@ -173,6 +174,50 @@ TEST_CASE("task_share: contiguous shares that cover every task once, balanced by
         next = r.last;
       }
       CHECK(next == c.tasks());
+    }
+  }
+}
+
+TEST_CASE("TaskShares: every task handed out once, owners in order, none left behind") {
+  const std::vector<std::vector<int64_t>> lists = {{},
+                                                   {0, 0, 0},
+                                                   {5},
+                                                   {1, 1, 1, 1, 1, 1, 1},
+                                                   {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14},
+                                                   {100, 0, 0, 1, 1, 1, 0, 50, 3}};
+  std::mt19937_64 rng(7);
+  for (const auto& costs : lists) {
+    tg::cpu::CostPrefix c;
+    for (int64_t x : costs) c.add(x);
+    for (int64_t threads = 1; threads <= 5; ++threads) {
+      for (int round = 0; round < 20; ++round) {
+        CAPTURE(threads);
+        CAPTURE(round);
+        tg::cpu::TaskShares shares(c, threads);
+        // Calls from threads 0..threads (the last has no share of its own) in a random order,
+        // as threads that run at different speeds would make them.
+        std::vector<int64_t> taken(c.tasks(), 0);
+        std::vector<bool> done(threads + 1, false);
+        int64_t live = threads + 1, handed = 0;
+        while (live > 0) {
+          const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(threads + 1));
+          if (done[t]) continue;
+          const int64_t peeked = shares.peek(t), task = shares.next(t);
+          if (task < 0) {  // only once every task is out
+            CHECK(peeked == -1);
+            CHECK(handed == c.tasks());
+            done[t] = true;
+            --live;
+            continue;
+          }
+          REQUIRE(task < c.tasks());
+          ++taken[task];
+          ++handed;
+          // An owner walks its share in order (nothing is stolen between peek and next here).
+          if (peeked >= 0) CHECK(task == peeked);
+        }
+        for (int64_t x : taken) CHECK(x == 1);
+      }
     }
   }
 }

@@ -336,6 +336,53 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("the backward's key chunks and parts: against sdpa_reference at 1 to 3 threads") {
+  // At head dim 64 the backward takes keys 128 at a time (cpu_sdpa.cpp, chunk_keys) and splits
+  // a kv head's keys into up to four tasks whose dQ sums are added at the end (key_parts, more
+  // parts for fewer heads or more threads); the random suite's short sequences never get a
+  // second chunk. Results are the same bits run to run at a given thread count.
+  std::mt19937_64 rng(20261126);
+  const int threads_before = get_num_threads();
+  for (int n = 0; n < 6; ++n) {
+    Config c = random_config(rng);
+    tgtest::Draws draw{rng};
+    c.Sq = draw.pick(40, 130);
+    c.Skv = draw.pick(260, 520);
+    c.D = 64;
+    c.Dv = draw.coin(0.5) ? 64 : 40;
+    c.opts.seq_len_q.reset();
+    if (c.opts.seq_len_kv)
+      c.opts.seq_len_kv = from_vector(std::vector<int64_t>(c.B, c.Skv - 100), {c.B});
+    if (c.mask_kind) {
+      c.mask_shape.back() = c.Skv;
+      if (c.mask_shape.size() > 1 && c.mask_shape[c.mask_shape.size() - 2] != 1)
+        c.mask_shape[c.mask_shape.size() - 2] = c.Sq;
+    }
+    const Inputs in = make_inputs(c, 7000 + 10 * n);
+    SdpaOptions o = c.opts;
+    if (c.mask_kind) o.mask = in.mask;
+    INFO("config " << n << ": " << c.describe());
+    Tensor rq = in.q.detach().requires_grad_(), rk = in.k.detach().requires_grad_();
+    Tensor rv = in.v.detach().requires_grad_();
+    const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
+    const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {in.dout});
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      auto [out, stats] = sdpa_forward(in.q, in.k, in.v, o);
+      const SdpaGrads g = sdpa_backward(in.q, in.k, in.v, out, in.dout, stats, o);
+      CHECK(rel_error(out, ref.out) < 1e-10);
+      CHECK(rel_error(g.dq, rg[0]) < 1e-10);
+      CHECK(rel_error(g.dk, rg[1]) < 1e-10);
+      CHECK(rel_error(g.dv, rg[2]) < 1e-10);
+      const SdpaGrads again = sdpa_backward(in.q, in.k, in.v, out, in.dout, stats, o);
+      CHECK(max_abs(sub(again.dq, g.dq)) == 0);
+      CHECK(max_abs(sub(again.dk, g.dk)) == 0);
+    }
+    set_num_threads(threads_before);
+  }
+}
+
 TEST_CASE("packed operands whose rows are a multiple of 1 KiB apart (padded strides)") {
   // 256 float32 keys or head dims (128 float64) make rows of the packed K^T, V^T and K 1 KiB
   // apart; the kernels pad those strides by a cache line (tile_gemm.h, packed_stride). The

@@ -21,14 +21,16 @@ using tgtest::rnd;
 
 namespace {
 
-RaggedConfig random_config(std::mt19937_64& rng) {
+// With `long_keys`, sequences of up to 400 rows and head dim 64: several of the backward's key
+// chunks (128 keys at that width) and parts.
+RaggedConfig random_config(std::mt19937_64& rng, bool long_keys = false) {
   tgtest::Draws draw{rng};
   RaggedConfig c;
   const int64_t B = draw.pick(1, 4);
-  const int64_t longest = draw.coin(0.15) ? 140 : 9;  // sometimes several tiles of 64
+  const int64_t longest = long_keys ? 400 : draw.coin(0.15) ? 140 : 9;  // sometimes several tiles
   // At least one row and one key (no rows or no keys at all: the edge-case test below).
   c.draw_lengths_and_heads(draw, B, longest);
-  c.D = draw.coin(0.5) ? 4 : 8;
+  c.D = long_keys ? 64 : draw.coin(0.5) ? 4 : 8;
   c.Dv = draw.coin(0.7) ? c.D : draw.pick(3, 9);
   c.strided = draw.coin(0.3);
   c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.5, .max_window = 6, .alibi = 0.3});
@@ -226,6 +228,32 @@ namespace {
 double max_abs(const Tensor& t) { return t.numel() ? max(abs(t)).item<double>() : 0.0; }
 
 }  // namespace
+
+TEST_CASE("ragged backward over several key chunks and parts, at 1 and 3 threads") {
+  std::mt19937_64 rng(20261126);
+  const int threads_before = get_num_threads();
+  for (int n = 0; n < 4; ++n) {
+    const RaggedConfig c = random_config(rng, true);
+    const Inputs in = make_inputs(c, 900 + 10 * n);
+    const SdpaOptions o = options_for(c, in);
+    INFO("config " << n << ": " << c.describe());
+    Tensor rq = in.q.detach().requires_grad_(), rk = in.k.detach().requires_grad_();
+    Tensor rv = in.v.detach().requires_grad_();
+    const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
+    const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {in.dout});
+    for (int threads : {1, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      auto [out, stats] = sdpa_forward(in.q, in.k, in.v, o);
+      const SdpaGrads g = sdpa_backward(in.q, in.k, in.v, out, in.dout, stats, o);
+      CHECK(rel_error(out, ref.out) < 1e-12);
+      CHECK(rel_error(g.dq, rg[0]) < 1e-12);
+      CHECK(rel_error(g.dk, rg[1]) < 1e-12);
+      CHECK(rel_error(g.dv, rg[2]) < 1e-12);
+    }
+    set_num_threads(threads_before);
+  }
+}
 
 TEST_CASE("ragged double backward: against the reference's, and fused against composed") {
   std::mt19937_64 rng(20261125);
