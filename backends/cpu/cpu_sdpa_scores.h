@@ -52,9 +52,16 @@ void load_rows_as(const View& v, int64_t b, int64_t h, int64_t row0, int64_t row
           for (int64_t c = 0; c < width; ++c) d[c] = static_cast<T>(s[c * sd]);
         }
         std::fill(d + width, d + cols, T(0));
-      } else {
-        for (int64_t c = 0; c < cols; ++c)
-          d[c / W * ps + c % W] = c < width ? static_cast<T>(s[c * sd]) : T(0);
+      } else {  // a panel's W columns at a time: whole vectors where the row has them
+        for (int64_t c0 = 0; c0 < cols; c0 += W) {
+          T* p = d + c0 / W * ps;
+          const int64_t m = std::clamp<int64_t>(width - c0, 0, W);
+          if (m == W && sd == 1) {
+            for (int64_t c = 0; c < W; ++c) p[c] = static_cast<T>(s[c0 + c]);
+          } else {
+            for (int64_t c = 0; c < W; ++c) p[c] = c < m ? static_cast<T>(s[(c0 + c) * sd]) : T(0);
+          }
+        }
       }
     }
   });
