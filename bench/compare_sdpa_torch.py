@@ -6,7 +6,12 @@ for bfloat16 / float16 and the memory-efficient kernel for float32 (flash needs 
 there).
 
     python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda] \
-        [--precision fp32|bf16|fp16]
+        [--precision fp32|bf16|fp16] [--rounds N]
+
+With --rounds N (default 1) the benchmark and PyTorch's fused kernel run alternately N times
+(the math path and the reference once), and a second table gives each round's forward+backward
+times and ratio, and the median of the rounds' ratios: on a shared machine one run's times can
+move 20-50% from minute to minute, for either side.
 
 On CUDA, tapegrad's SDPA runs on the tensor cores, float32 with each product as three TF32 ones
 (3xTF32) like PyTorch's memory-efficient kernel (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in the
@@ -70,6 +75,13 @@ def main():
         del args[i:i + 2]
     if precision not in DTYPES:
         sys.exit(f"--precision: expected fp32, bf16 or fp16, got '{precision}'")
+    rounds = 1
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        rounds = int(args[i + 1])
+        del args[i:i + 2]
+    if rounds < 1:
+        sys.exit(f"--rounds: expected at least 1, got {rounds}")
     exe = args[0]
     threads = int(args[1]) if len(args) > 1 else 2
     device = args[2] if len(args) > 2 else "cpu"
@@ -77,8 +89,12 @@ def main():
     fused = (SDPBackend.EFFICIENT_ATTENTION if device == "cuda" and precision == "fp32"
              else SDPBackend.FLASH_ATTENTION)
     torch.set_num_threads(threads)
-    out = subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
-                         capture_output=True, text=True).stdout
+
+    def ours():
+        return subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
+                              capture_output=True, text=True).stdout
+
+    out = ours()
     header, lines = split_machine(out, threads)
     print(header)
     print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; "
@@ -90,6 +106,7 @@ def main():
           "fused / ours | torch math fwd+bwd | math / ours | sdpa_reference fwd+bwd |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     mem = []
+    per_round = {}  # case: ([ours fwd+bwd], [torch fused fwd+bwd]), one entry a round
     for line in lines:
         f = line.split("\t")
         if f[0] == "mem":
@@ -101,11 +118,29 @@ def main():
         causal = name.endswith("causal")
         _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device, dtype)
         _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device, dtype)
+        per_round[name] = ([fb], [flash_fb], (b, hq, hk, s, d, causal))
         print(f"| {name} | {fwd:.2f} | {gf:.1f} | {fb:.2f} | {gfb:.1f} | {flash_fb:.2f} | "
               f"{flash_fb / fb:.2f} | {math_fb:.2f} | {math_fb / fb:.2f} | {rfb:.2f} |")
     for _, s, peak, rss in mem:
         print(f"memory S={s}: tensor storage beyond inputs/results {peak} MiB, "
               f"process high-water growth {rss} MiB")
+    if rounds == 1:
+        return
+    for _ in range(rounds - 1):
+        for line in ours().splitlines():
+            f = line.split("\t")
+            if f[0] in per_round:
+                per_round[f[0]][0].append(float(f[2]))
+        for name, (_, theirs, shape) in per_round.items():
+            theirs.append(torch_times(*shape, fused, device, dtype)[1])
+    print(f"\nforward+backward in {rounds} alternated rounds (ms, ours / torch {fused.name} = "
+          "ratio), and the median of the rounds' ratios")
+    print("| case | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " | median ratio |")
+    print("| --- |" + " ---: |" * (rounds + 1))
+    for name, (mine, theirs, _) in per_round.items():
+        ratios = sorted(t / m for m, t in zip(mine, theirs))
+        cells = " | ".join(f"{m:.2f} / {t:.2f} = {t / m:.2f}" for m, t in zip(mine, theirs))
+        print(f"| {name} | {cells} | {ratios[len(ratios) // 2]:.2f} |")
 
 
 if __name__ == "__main__":
