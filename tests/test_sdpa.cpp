@@ -337,7 +337,7 @@ TEST_CASE(
 }
 
 TEST_CASE("the backward's key parts: against sdpa_reference at 1 to 3 threads") {
-  // With fewer kv heads than four times the threads the backward splits each head's keys into parts,
+  // With fewer kv heads than four a thread the backward splits each head's keys into parts,
   // each a task with its own partial dQ sum added at the end (cpu_sdpa.cpp, key_parts: one part
   // per 256 keys at most); the random suite's short sequences never get a second one. Results
   // are the same bits run to run at a given thread count.
