@@ -2,6 +2,7 @@
 // thread that walks its tasks in order can keep what consecutive tasks share (the SDPA
 // forward's packed K/V head) in its own cache, which a dynamic schedule would scatter.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -51,6 +52,15 @@ inline int64_t omp_max_threads() {
 #else
   return 1;
 #endif
+}
+
+// How many parts to split each of `tasks` equal tasks into so that a team of `threads` gets
+// about four a thread, where a dynamic schedule then evens out threads that run at different
+// speeds: 1 while there are that many already, never more than `most`.
+inline int64_t parts_per_task(int64_t tasks, int64_t threads, int64_t most) {
+  if (tasks >= 4 * threads) return 1;
+  return std::clamp<int64_t>((4 * threads + tasks - 1) / std::max<int64_t>(tasks, 1), 1,
+                             std::max<int64_t>(most, 1));
 }
 
 // The same shares handed out task by task, with stealing: a thread whose share runs out takes

@@ -249,9 +249,7 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
 // beat one by 2.4% in the backward (each part reloads its query tiles, but the threads, whose
 // speeds differ on a shared machine, end closer together).
 inline int64_t key_parts(int64_t heads, int64_t keys, int64_t threads) {
-  if (heads >= 4 * threads) return 1;
-  return std::clamp<int64_t>((4 * threads + heads - 1) / heads, 1,
-                             std::max<int64_t>(1, keys / 256));
+  return parts_per_task(heads, threads, keys / 256);
 }
 
 template <class T>

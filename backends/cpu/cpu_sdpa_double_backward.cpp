@@ -1,6 +1,7 @@
 // SDPA's double backward on the CPU (docs/SDPA_DOUBLE_BACKWARD.md derives it; the names below
 // are the derivation's), tiled as the backward in cpu_sdpa.cpp is. One task per (batch, kv
-// head) owns the gradients of that head's K and V. For each query tile:
+// head), or per part of its query tiles when there are few heads for the threads, owns the
+// gradients of that head's K and V (a partial sum of them, with parts). For each query tile:
 //
 //   sweep 1, over the key tiles: S, P (from the saved logsumexp), dP = dO Vᵀ, G (the cotangent
 //     of the score gradient) and X = dO Cᵀ, kept in caches one query tile high and Skv wide,
@@ -14,8 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backends/cpu/aligned_buffer.h"
+#include "backends/cpu/cost_split.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
@@ -167,6 +170,18 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   const int64_t skv_r = round_to_lanes<T>(Skv), dv_p = packed_stride<T>(Dv);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  // With fewer than four kv heads a thread, each head's query tiles (over its G query heads)
+  // are split into parts, each a task with its own partial sums of ḡ(K) and ḡ(V), added in
+  // part order at the end: a head per task ran a single kv head's double backward on one
+  // thread. Parts have at least two query tiles.
+  const int64_t parts =
+      parts_per_task(B * Hk, omp_max_threads(), G * ((p.len_q() + kBr - 1) / kBr) / 2);
+  std::vector<int64_t> first_key_row(B + 1, 0);  // sequence b's partial sums from this row
+  for (int64_t b = 0; b < B; ++b)
+    first_key_row[b + 1] = first_key_row[b] + sdpa_sequence(p, b).rows_kv;
+  const int64_t all_keys = first_key_row[B], part_rows = Hk * all_keys;
+  Buffer<T> partial;  // parts x (Hk, all_keys) rows of dq_p + dv_p
+  T* g_parts = parts > 1 ? partial.get(parts * part_rows * (dq_p + dv_p)) : nullptr;
 #pragma omp parallel
   {
     Buffer<T> tiles, head, cache;
@@ -179,9 +194,12 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
     const RowCaches<T> c(cache.get(RowCaches<T>::count(dropout, softcap) * kBr * skv_p), skv_p,
                          dropout, softcap);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < B * Hk; ++task) {
-      const int64_t b = task / Hk, hk = task % Hk;
+    for (int64_t task = 0; task < B * Hk * parts; ++task) {
+      const int64_t b = task / (Hk * parts), hk = task / parts % Hk, part = task % parts;
       const SdpaSequence seq = sdpa_sequence(p, b);
+      // The part's query tiles: [t0, t1) of the group's G x tiles, query head by query head.
+      const int64_t tiles = (seq.rows_q + kBr - 1) / kBr;
+      const int64_t t0 = G * tiles * part / parts, t1 = G * tiles * (part + 1) / parts;
       const int64_t k0 = seq.kv0, kn = seq.rows_kv;
       // This head's K, its cotangent Bk, V and its cotangent C, packed once for every query
       // tile: transposed in panels as the B operand of the score-shaped products, as rows for
@@ -200,74 +218,94 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
       load_rows(g.dv_bar, b, hk, k0, kn, cr, dv_p);
       std::fill(gk, gk + Skv * dq_p, T(0));
       std::fill(gv, gv + Skv * dv_p, T(0));
-      for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-        for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
-          const int64_t rows = std::min(kBr, seq.rows_q - i0), q0 = seq.q0 + i0;
-          std::fill(gq, gq + rows * dq_p, T(0));
-          std::fill(gdo, gdo + rows * dv_p, T(0));
-          const KeyRange range = key_range(p, seq, i0, rows);
-          if (range.lo < range.hi) {
-            // Q and A (the cotangent of dQ) pre-scaled: S = qs Kᵀ, G_raw = as Kᵀ + qs Bkᵀ.
-            load_rows(p.q, b, h, q0, rows, qs, dq_p);
-            load_rows(g.dq_bar, b, h, q0, rows, as, dq_p);
-            for (int64_t x = 0; x < rows * dq_p; ++x) {
-              qs[x] *= scale;
-              as[x] *= scale;
-            }
-            load_rows(g.dout, b, h, q0, rows, dot, dv_p);
-            const T* lse = sdpa_stats_at<T>(p.stats, b, h, q0);
-            for (int64_t r = 0; r < rows; ++r) st.lse[r] = lse[r * p.stats.strides[2]];
-            std::fill(st.D, st.D + 4 * kBr, T(0));  // D, R, U, PX
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t h = hk * G + t / tiles, i0 = t % tiles * kBr;
+        const int64_t rows = std::min(kBr, seq.rows_q - i0), q0 = seq.q0 + i0;
+        std::fill(gq, gq + rows * dq_p, T(0));
+        std::fill(gdo, gdo + rows * dv_p, T(0));
+        const KeyRange range = key_range(p, seq, i0, rows);
+        if (range.lo < range.hi) {
+          // Q and A (the cotangent of dQ) pre-scaled: S = qs Kᵀ, G_raw = as Kᵀ + qs Bkᵀ.
+          load_rows(p.q, b, h, q0, rows, qs, dq_p);
+          load_rows(g.dq_bar, b, h, q0, rows, as, dq_p);
+          for (int64_t x = 0; x < rows * dq_p; ++x) {
+            qs[x] *= scale;
+            as[x] *= scale;
           }
-          const int64_t j_first = first_key<T>(range.lo);
-          for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 1
-            const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
-            T* s = c.P + j0;
-            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, skv_p, false);
-            finish_scores(p, seq, s, skv_p, b, h, i0, rows, j0, cols,
-                          softcap ? c.th + j0 : nullptr);
-            probabilities(s, skv_p, rows, cols, cp, st.lse);
-            tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, c.dP + j0, skv_p,
-                             false);
-            tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, ct + j0 * Dv, Dv * W, c.X + j0, skv_p,
-                             false);
-            tile_gemm_panels(rows, cp, Dqk, as, dq_p, 1, kt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
-                             false);
-            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, bkt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
-                             true);
-            if (dropout) {
-              std::fill(z, z + rows * kBc, T(1));
-              apply_dropout(p, z, kBc, b, h, i0, rows, j0, cols);
-            }
-            sweep1_elementwise(g, c, dropout ? z : nullptr, st, b, h, i0, rows, j0, cols, cp);
-          }
-          for (int64_t r = 0; r < rows; ++r)  // rowsum(P ⊙ ḡ(P)), expanded
-            st.PgP[r] = st.U[r] - T(2) * st.D[r] * st.R[r] + st.PX[r];
-          for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 2
-            const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
-            if (softcap) {
-              sweep2_elementwise<T, true>(p, g, c, st, gs_row, b, h, i0, rows, j0, cols, cp);
-            } else {
-              sweep2_elementwise<T, false>(p, g, c, st, gs_row, b, h, i0, rows, j0, cols, cp);
-            }
-            const T *ds = c.dP + j0, *gs = c.G + j0, *gdp = c.X + j0, *pd = c.Pd + j0;
-            // ḡ(Q) = scale (dS_raw Bk + ḡ(S_raw) K): scaled as it is stored.
-            tile_gemm(rows, dq_p, cols, ds, skv_p, 1, bkr + j0 * dq_p, dq_p, gq, dq_p, true);
-            tile_gemm(rows, dq_p, cols, gs, skv_p, 1, kr + j0 * dq_p, dq_p, gq, dq_p, true);
-            // ḡ(K) = dS_rawᵀ as + ḡ(S_raw)ᵀ qs;  ḡ(V) = (ḡ(dP) ⊙ Z)ᵀ dO
-            tile_gemm(cols, dq_p, rows, ds, 1, skv_p, as, dq_p, gk + j0 * dq_p, dq_p, true);
-            tile_gemm(cols, dq_p, rows, gs, 1, skv_p, qs, dq_p, gk + j0 * dq_p, dq_p, true);
-            tile_gemm(cols, dv_p, rows, gdp, 1, skv_p, dot, dv_p, gv + j0 * dv_p, dv_p, true);
-            // ḡ(dO) = (P ⊙ Z) C + (ḡ(dP) ⊙ Z) V
-            tile_gemm(rows, dv_p, cols, pd, skv_p, 1, cr + j0 * dv_p, dv_p, gdo, dv_p, true);
-            tile_gemm(rows, dv_p, cols, gdp, skv_p, 1, vr + j0 * dv_p, dv_p, gdo, dv_p, true);
-          }
-          store_rows(g.gq, b, h, q0, rows, gq, dq_p, scale);
-          store_rows(g.gdout, b, h, q0, rows, gdo, dv_p, T(1));
+          load_rows(g.dout, b, h, q0, rows, dot, dv_p);
+          const T* lse = sdpa_stats_at<T>(p.stats, b, h, q0);
+          for (int64_t r = 0; r < rows; ++r) st.lse[r] = lse[r * p.stats.strides[2]];
+          std::fill(st.D, st.D + 4 * kBr, T(0));  // D, R, U, PX
         }
+        const int64_t j_first = first_key<T>(range.lo);
+        for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 1
+          const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
+          T* s = c.P + j0;
+          tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, skv_p, false);
+          finish_scores(p, seq, s, skv_p, b, h, i0, rows, j0, cols, softcap ? c.th + j0 : nullptr);
+          probabilities(s, skv_p, rows, cols, cp, st.lse);
+          tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, c.dP + j0, skv_p,
+                           false);
+          tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, ct + j0 * Dv, Dv * W, c.X + j0, skv_p,
+                           false);
+          tile_gemm_panels(rows, cp, Dqk, as, dq_p, 1, kt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
+                           false);
+          tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, bkt + j0 * Dqk, Dqk * W, c.G + j0, skv_p,
+                           true);
+          if (dropout) {
+            std::fill(z, z + rows * kBc, T(1));
+            apply_dropout(p, z, kBc, b, h, i0, rows, j0, cols);
+          }
+          sweep1_elementwise(g, c, dropout ? z : nullptr, st, b, h, i0, rows, j0, cols, cp);
+        }
+        for (int64_t r = 0; r < rows; ++r)  // rowsum(P ⊙ ḡ(P)), expanded
+          st.PgP[r] = st.U[r] - T(2) * st.D[r] * st.R[r] + st.PX[r];
+        for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 2
+          const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
+          if (softcap) {
+            sweep2_elementwise<T, true>(p, g, c, st, gs_row, b, h, i0, rows, j0, cols, cp);
+          } else {
+            sweep2_elementwise<T, false>(p, g, c, st, gs_row, b, h, i0, rows, j0, cols, cp);
+          }
+          const T *ds = c.dP + j0, *gs = c.G + j0, *gdp = c.X + j0, *pd = c.Pd + j0;
+          // ḡ(Q) = scale (dS_raw Bk + ḡ(S_raw) K): scaled as it is stored.
+          tile_gemm(rows, dq_p, cols, ds, skv_p, 1, bkr + j0 * dq_p, dq_p, gq, dq_p, true);
+          tile_gemm(rows, dq_p, cols, gs, skv_p, 1, kr + j0 * dq_p, dq_p, gq, dq_p, true);
+          // ḡ(K) = dS_rawᵀ as + ḡ(S_raw)ᵀ qs;  ḡ(V) = (ḡ(dP) ⊙ Z)ᵀ dO
+          tile_gemm(cols, dq_p, rows, ds, 1, skv_p, as, dq_p, gk + j0 * dq_p, dq_p, true);
+          tile_gemm(cols, dq_p, rows, gs, 1, skv_p, qs, dq_p, gk + j0 * dq_p, dq_p, true);
+          tile_gemm(cols, dv_p, rows, gdp, 1, skv_p, dot, dv_p, gv + j0 * dv_p, dv_p, true);
+          // ḡ(dO) = (P ⊙ Z) C + (ḡ(dP) ⊙ Z) V
+          tile_gemm(rows, dv_p, cols, pd, skv_p, 1, cr + j0 * dv_p, dv_p, gdo, dv_p, true);
+          tile_gemm(rows, dv_p, cols, gdp, skv_p, 1, vr + j0 * dv_p, dv_p, gdo, dv_p, true);
+        }
+        store_rows(g.gq, b, h, q0, rows, gq, dq_p, scale);
+        store_rows(g.gdout, b, h, q0, rows, gdo, dv_p, T(1));
       }
-      store_rows(g.gk, b, hk, k0, kn, gk, dq_p, T(1));
-      store_rows(g.gv, b, hk, k0, kn, gv, dv_p, T(1));
+      if (parts == 1) {
+        store_rows(g.gk, b, hk, k0, kn, gk, dq_p, T(1));
+        store_rows(g.gv, b, hk, k0, kn, gv, dv_p, T(1));
+      } else {
+        T* dst = g_parts + (part * part_rows + hk * all_keys + first_key_row[b]) * (dq_p + dv_p);
+        std::copy(gk, gk + kn * dq_p, dst);
+        std::copy(gv, gv + kn * dv_p, dst + kn * dq_p);
+      }
+    }
+    if (parts > 1) {  // ḡ(K), ḡ(V): the parts' sums added in part order
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < B * Hk; ++task) {
+        const int64_t b = task / Hk, hk = task % Hk;
+        const int64_t kn = first_key_row[b + 1] - first_key_row[b];
+        const int64_t n = kn * (dq_p + dv_p);
+        T* sum = g_parts + (hk * all_keys + first_key_row[b]) * (dq_p + dv_p);
+        for (int64_t k = 1; k < parts; ++k) {
+          const T* add = sum + k * part_rows * (dq_p + dv_p);
+          for (int64_t x = 0; x < n; ++x) sum[x] += add[x];
+        }
+        const int64_t k0 = sdpa_sequence(p, b).kv0;
+        store_rows(g.gk, b, hk, k0, kn, sum, dq_p, T(1));
+        store_rows(g.gv, b, hk, k0, kn, sum + kn * dq_p, dv_p, T(1));
+      }
     }
   }
 }
