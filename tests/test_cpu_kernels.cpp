@@ -222,6 +222,17 @@ TEST_CASE("TaskShares: every task handed out once, owners in order, none left be
   }
 }
 
+TEST_CASE("parts_per_task: about four tasks a thread, within the cap") {
+  using tg::cpu::parts_per_task;
+  CHECK(parts_per_task(8, 2, 100) == 1);  // enough tasks already
+  CHECK(parts_per_task(64, 16, 100) == 1);
+  CHECK(parts_per_task(1, 2, 100) == 8);  // one head, two threads: eight parts
+  CHECK(parts_per_task(3, 2, 100) == 3);  // ceil(8 / 3)
+  CHECK(parts_per_task(1, 2, 3) == 3);    // the cap
+  CHECK(parts_per_task(1, 2, 0) == 1);    // a cap below one is one
+  CHECK(parts_per_task(0, 2, 5) >= 1);    // no tasks: any part count is harmless, never 0
+}
+
 TEST_CASE("philox_uniforms: bit for bit philox_uniform at every alignment and length") {
   std::vector<float> u(700);
   for (uint64_t seed : {0ull, 42ull, 0x0123456789ABCDEFull})
