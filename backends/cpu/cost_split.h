@@ -65,11 +65,11 @@ inline int64_t parts_per_task(int64_t tasks, int64_t threads, int64_t most) {
 
 // The same shares handed out task by task, with stealing: a thread whose share runs out takes
 // the second half (by cost) of the share with the most cost left, and walks it in order. On a
-// shared machine one core can run a fifth slower than the other for seconds at a time (a busy
-// sibling thread of another guest: a 2-core Zen 3 VM, tile products from L1 at 72-96 GFLOP/s per
-// thread in the same quarter second), which a fixed share turns into the other thread waiting;
-// stolen runs stay contiguous, so what consecutive tasks share is kept. Which thread runs a task
-// never changes its result.
+// shared machine one core can run a fifth slower than the other for most of a second at a time
+// (a 2-core Zen 3 VM, presumably with another guest on a sibling hyperthread: tile products
+// from L1 at 72 and 95 GFLOP/s on its two threads in the same quarter second), which a fixed
+// share turns into the other thread waiting; stolen runs stay contiguous, so what consecutive
+// tasks share is kept. Which thread runs a task never changes its result.
 class TaskShares {
  public:
   TaskShares(const CostPrefix& c, int64_t threads) : c_(c) {
