@@ -243,13 +243,14 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
 
 // Parts the keys of each kv head are split into, each a task of the backward (with its own
 // partial sum of dQ, the size of dQ): one while there are at least four heads a thread, else
-// enough for four tasks a thread, at most one per 256 keys. A head per task left all but one
-// thread idle with a single kv head (B = 1, Hk = 1: (1, 1, 2048, 64) forward+backward on two
-// Zen 3 cores 50.8 -> 30.8 ms), and at (1, 8, 1024, 64) two parts (16 tasks for 2 threads)
-// beat one by 2.4% in the backward (each part reloads its query tiles, but the threads, whose
-// speeds differ on a shared machine, end closer together).
+// enough for four tasks a thread, at most one per 256 keys and at most 8 (the partial sums
+// then take at most 7 more dQ's worth of memory, whatever the thread count). A head per task
+// left all but one thread idle with a single kv head (B = 1, Hk = 1: (1, 1, 2048, 64)
+// forward+backward on two Zen 3 cores 50.8 -> 30.8 ms), and at (1, 8, 1024, 64) two parts
+// (16 tasks for 2 threads) beat one by 2.4% in the backward (each part reloads its query
+// tiles, but the threads, whose speeds differ on a shared machine, end closer together).
 inline int64_t key_parts(int64_t heads, int64_t keys, int64_t threads) {
-  return parts_per_task(heads, threads, keys / 256);
+  return parts_per_task(heads, threads, std::min<int64_t>(keys / 256, 8));
 }
 
 template <class T>

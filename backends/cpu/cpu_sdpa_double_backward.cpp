@@ -173,9 +173,10 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   // With fewer than four kv heads a thread, each head's query tiles (over its G query heads)
   // are split into parts, each a task with its own partial sums of ḡ(K) and ḡ(V), added in
   // part order at the end: a head per task ran a single kv head's double backward on one
-  // thread. Parts have at least two query tiles.
-  const int64_t parts =
-      parts_per_task(B * Hk, omp_max_threads(), G * ((p.len_q() + kBr - 1) / kBr) / 2);
+  // thread. Parts have at least two query tiles, and there are at most 8 (the partial sums:
+  // at most 7 more ḡ(K) and ḡ(V)'s worth of memory).
+  const int64_t parts = parts_per_task(B * Hk, omp_max_threads(),
+                                       std::min<int64_t>(G * ((p.len_q() + kBr - 1) / kBr) / 2, 8));
   std::vector<int64_t> first_key_row(B + 1, 0);  // sequence b's partial sums from this row
   for (int64_t b = 0; b < B; ++b)
     first_key_row[b + 1] = first_key_row[b] + sdpa_sequence(p, b).rows_kv;
