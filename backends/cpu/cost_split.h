@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/tensor.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -45,22 +47,15 @@ inline TaskRange task_share(const CostPrefix& c, int64_t thread, int64_t threads
   return {start(thread), start(thread + 1)};
 }
 
-// The threads of the OpenMP team to come (1 outside OpenMP).
-inline int64_t omp_max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 // How many parts to split each of `tasks` equal tasks into so that a team of `threads` gets
 // about four a thread, where a dynamic schedule then evens out threads that run at different
-// speeds: 1 while there are that many already, never more than `most`.
+// speeds: 1 while there are that many already, never more than `most` nor kMaxParts (each part
+// beyond the first costs the SDPA kernels a partial sum the size of their result).
+inline constexpr int64_t kMaxParts = 8;
 inline int64_t parts_per_task(int64_t tasks, int64_t threads, int64_t most) {
   if (tasks >= 4 * threads) return 1;
   return std::clamp<int64_t>((4 * threads + tasks - 1) / std::max<int64_t>(tasks, 1), 1,
-                             std::max<int64_t>(most, 1));
+                             std::clamp<int64_t>(most, 1, kMaxParts));
 }
 
 // The same shares handed out task by task, with stealing: a thread whose share runs out takes
@@ -76,7 +71,7 @@ class TaskShares {
     for (int64_t t = 0; t < threads; ++t) shares_.push_back(task_share(c, t, threads));
   }
   // Shares for the threads of the OpenMP team to come (all tasks outside OpenMP).
-  explicit TaskShares(const CostPrefix& c) : TaskShares(c, omp_max_threads()) {}
+  explicit TaskShares(const CostPrefix& c) : TaskShares(c, get_num_threads()) {}
   // next(thread) and peek(thread) for the calling thread of the team.
   int64_t next() { return next(thread_number()); }
   int64_t peek() { return peek(thread_number()); }

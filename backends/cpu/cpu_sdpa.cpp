@@ -243,14 +243,13 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
 
 // Parts the keys of each kv head are split into, each a task of the backward (with its own
 // partial sum of dQ, the size of dQ): one while there are at least four heads a thread, else
-// enough for four tasks a thread, at most one per 256 keys and at most 8 (the partial sums
-// then take at most 7 more dQ's worth of memory, whatever the thread count). A head per task
-// left all but one thread idle with a single kv head (B = 1, Hk = 1: (1, 1, 2048, 64)
-// forward+backward on two Zen 3 cores 50.8 -> 30.8 ms), and at (1, 8, 1024, 64) two parts
-// (16 tasks for 2 threads) beat one by 2.4% in the backward (each part reloads its query
-// tiles, but the threads, whose speeds differ on a shared machine, end closer together).
+// enough for four tasks a thread, at most one per 256 keys (and kMaxParts). A head per task left
+// all but one thread idle with a single kv head (B = 1, Hk = 1: (1, 1, 2048, 64)
+// forward+backward on two Zen 3 cores 50.8 -> 30.8 ms), and at (1, 8, 1024, 64) two parts (16
+// tasks for 2 threads) beat one by 2.4% in the backward (each part reloads its query tiles, but
+// the threads, whose speeds differ on a shared machine, end closer together).
 inline int64_t key_parts(int64_t heads, int64_t keys, int64_t threads) {
-  return parts_per_task(heads, threads, std::min<int64_t>(keys / 256, 8));
+  return parts_per_task(heads, threads, keys / 256);
 }
 
 template <class T>
@@ -267,7 +266,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   // dQ of its query heads over them (written to g.dq with one part, else to the part's own
   // partial sums, added in part order at the end), so there are no races and every sum has a
   // fixed order. Parts are whole key tiles.
-  const int64_t parts = key_parts(B * Hk, Skv, omp_max_threads());
+  const int64_t parts = key_parts(B * Hk, Skv, get_num_threads());
   const int64_t part_keys = ((Skv + parts - 1) / parts + kBc - 1) / kBc * kBc;
   const int64_t part_max = std::min(part_keys, Skv), part_r = round_to_lanes<T>(part_max);
   std::vector<int64_t> first_row(B + 1, 0);  // sequence b's partial sums from row first_row[b]
@@ -375,10 +374,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       for (int64_t task = 0; task < B * Hq; ++task) {
         const int64_t b = task / Hq, h = task % Hq, nq = first_row[b + 1] - first_row[b];
         T* sum = dq_parts + (h * first_row[B] + first_row[b]) * dq_p;
-        for (int64_t k = 1; k < parts; ++k) {
-          const T* add = sum + k * Hq * first_row[B] * dq_p;
-          for (int64_t x = 0; x < nq * dq_p; ++x) sum[x] += add[x];
-        }
+        add_parts(sum, nq * dq_p, parts, Hq * first_row[B] * dq_p);
         store_rows(g.dq, b, h, sdpa_sequence(p, b).q0, nq, sum, dq_p, scale);
       }
     }

@@ -171,12 +171,11 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
   // With fewer than four kv heads a thread, each head's query tiles (over its G query heads)
-  // are split into parts, each a task with its own partial sums of ḡ(K) and ḡ(V), added in
-  // part order at the end: a head per task ran a single kv head's double backward on one
-  // thread. Parts have at least two query tiles, and there are at most 8 (the partial sums:
-  // at most 7 more ḡ(K) and ḡ(V)'s worth of memory).
-  const int64_t parts = parts_per_task(B * Hk, omp_max_threads(),
-                                       std::min<int64_t>(G * ((p.len_q() + kBr - 1) / kBr) / 2, 8));
+  // are split into parts (parts_per_task), each a task with its own partial sums of ḡ(K) and
+  // ḡ(V), added in part order at the end: a head per task ran a single kv head's double
+  // backward on one thread. Parts have at least two query tiles.
+  const int64_t parts =
+      parts_per_task(B * Hk, get_num_threads(), G * ((p.len_q() + kBr - 1) / kBr) / 2);
   std::vector<int64_t> first_key_row(B + 1, 0);  // sequence b's partial sums from this row
   for (int64_t b = 0; b < B; ++b)
     first_key_row[b + 1] = first_key_row[b] + sdpa_sequence(p, b).rows_kv;
@@ -297,12 +296,8 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
       for (int64_t task = 0; task < B * Hk; ++task) {
         const int64_t b = task / Hk, hk = task % Hk;
         const int64_t kn = first_key_row[b + 1] - first_key_row[b];
-        const int64_t n = kn * (dq_p + dv_p);
         T* sum = g_parts + (hk * all_keys + first_key_row[b]) * (dq_p + dv_p);
-        for (int64_t k = 1; k < parts; ++k) {
-          const T* add = sum + k * part_rows * (dq_p + dv_p);
-          for (int64_t x = 0; x < n; ++x) sum[x] += add[x];
-        }
+        add_parts(sum, kn * (dq_p + dv_p), parts, part_rows * (dq_p + dv_p));
         const int64_t k0 = sdpa_sequence(p, b).kv0;
         store_rows(g.gk, b, hk, k0, kn, sum, dq_p, T(1));
         store_rows(g.gv, b, hk, k0, kn, sum + kn * dq_p, dv_p, T(1));

@@ -113,18 +113,18 @@ inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd
   }
 }
 
-// The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v into dst, element (c, r)
-// (column c of row r) at dst[(r / W) * ps + r % W + c * cs], W = kLanes<T>; rows [rows, padded)
-// zeroed. `at` as for load_rows. load_transposed and load_transposed_panels below are its two
-// layouts.
+// The transpose of rows [row0, row0 + rows) of the (b, h) matrix of v, packed in panels of
+// W = kLanes<T> columns, each D x W and contiguous, as tile_gemm_panels reads its B: element
+// (c, r) (column c of row r) at dst[(r / W) * D * W + c * W + r % W], the last panel's columns
+// past `rows` zeroed; round_to_lanes(rows) * D elements. `at` as for load_rows.
 template <class T>
-void transpose_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-                    int64_t cs, int64_t ps, int64_t padded, const int64_t* at) {
+void load_transposed_panels(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
+                            const int64_t* at = nullptr) {
   constexpr int64_t W = simd::kLanes<T>;
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
-  auto at_rc = [&](int64_t r, int64_t c) -> T& { return dst[r / W * ps + r % W + c * cs]; };
+  auto at_rc = [&](int64_t r, int64_t c) -> T& { return dst[r / W * width * W + c * W + r % W]; };
   for (int64_t c = 0; c < width; ++c)
-    for (int64_t r = rows; r < padded; ++r) at_rc(r, c) = T(0);
+    for (int64_t r = rows; r < (rows + W - 1) / W * W; ++r) at_rc(r, c) = T(0);
   with_elements<T>(v, [&](const auto* data) {
     const auto* src = data + b * v.strides[0] + h * v.strides[1];
     if (at) {  // rows one by one, each written down its column of dst
@@ -140,12 +140,12 @@ void transpose_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t r
     src += row0 * sr;
     int64_t r_done = 0;  // rows [0, r_done) already written by whole 8 x 8 blocks
     if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(data)>>, float>) {
-      // Eight rows r_done.. in one run of W (or one row-major run): their columns cs apart.
-      if (sd == 1 && (W % 8 == 0 || ps == W)) {
+      // Eight rows r_done.. in one panel (W a multiple of 8): their columns W apart.
+      if (sd == 1 && W % 8 == 0) {
         const int64_t w8 = width / 8 * 8;
         for (; r_done + 8 <= rows; r_done += 8) {
           for (int64_t c = 0; c < w8; c += 8)
-            transpose_8x8(src + r_done * sr + c, sr, &at_rc(r_done, c), cs);
+            transpose_8x8(src + r_done * sr + c, sr, &at_rc(r_done, c), W);
           for (int64_t c = w8; c < width; ++c)
             for (int64_t r = r_done; r < r_done + 8; ++r) at_rc(r, c) = src[r * sr + c];
         }
@@ -161,25 +161,8 @@ void transpose_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t r
   });
 }
 
-// The transpose as a D x ld row-major matrix (ld >= rows; columns [rows, ld) zeroed).
-template <class T>
-void load_transposed(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-                     int64_t ld, const int64_t* at = nullptr) {
-  transpose_rows(v, b, h, row0, rows, dst, ld, simd::kLanes<T>, ld, at);
-}
-
-// The transpose packed in panels of W = kLanes<T> columns, each D x W and contiguous, as
-// tile_gemm_panels reads its B (panel stride D * W; the last panel's columns past `rows`
-// zeroed): round_to_lanes(rows) * D elements.
-template <class T>
-void load_transposed_panels(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows, T* dst,
-                            const int64_t* at = nullptr) {
-  constexpr int64_t W = simd::kLanes<T>;
-  transpose_rows(v, b, h, row0, rows, dst, W, v.sizes[3] * W, (rows + W - 1) / W * W, at);
-}
-
 // Part `part` of `parts` of the rows [row0, row0 + rows) of a (B, H, S, D) view at (b, h),
-// asked of the cache ahead of their load_rows / load_transposed (`at` as there). The kernels
+// asked of the cache ahead of their load_rows / load_transposed_panels (`at` as there). The kernels
 // spread the next tile's or head's rows over the key blocks of the one before, so that they
 // come from L2 instead of L3 or memory. Rows whose elements are not adjacent are left alone.
 // Always inlined: GCC (12) takes a function whose only effect is a prefetch for a pure one and
@@ -210,6 +193,16 @@ void store_rows(const View& v, int64_t b, int64_t h, int64_t row0, int64_t rows,
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < width; ++c) dst[r * sr + c * sd] = S(src[r * ld + c] * factor);
   });
+}
+
+// The backward kernels' parts (parts_per_task): sum[x] += part k's sum[x + k * stride] for
+// x < n, in part order, so that the result is the same bits whichever thread ran which part.
+template <class T>
+void add_parts(T* sum, int64_t n, int64_t parts, int64_t stride) {
+  for (int64_t k = 1; k < parts; ++k) {
+    const T* add = sum + k * stride;
+    for (int64_t x = 0; x < n; ++x) sum[x] += add[x];
+  }
 }
 
 // The keys [lo, hi) of sequence s that causal, window and padding leave visible to any row of
