@@ -1,7 +1,7 @@
-// What the SDPA sweeps (test_sdpa.cpp, test_sdpa_ragged.cpp, test_sdpa_paged.cpp,
-// test_cuda_ragged.cpp) share: their random options (scale, causal in either alignment, window,
-// ALiBi, softcap, dropout), the options' description, the ragged sweeps' configuration, and the
-// second-order gradients the double-backward sweeps compare.
+// What the SDPA sweeps (test_sdpa.cpp, test_sdpa_double_backward.cpp, test_sdpa_ragged.cpp,
+// test_sdpa_paged.cpp, test_cuda_ragged.cpp) share: their random options (scale, causal in
+// either alignment, window, ALiBi, softcap, dropout), the options' description, the ragged
+// sweeps' configuration, and the second-order gradients the double-backward sweeps compare.
 #pragma once
 #include <tapegrad.h>
 

@@ -1,7 +1,7 @@
 // Higher-order gradients: create_graph on backward and tg::grad, gradgradcheck (and that it
 // can fail), the fused kernels twice differentiable, and three uses people recognise: a
 // Hessian-vector product, a gradient penalty, one inner step of MAML. The op table's
-// gradgradchecks are in test_op_table.cpp, SDPA's in test_sdpa.cpp.
+// gradgradchecks are in test_op_table.cpp, SDPA's in test_sdpa_double_backward.cpp.
 #include "test_util.h"
 
 using namespace tg;

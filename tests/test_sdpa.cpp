@@ -1,114 +1,19 @@
-// SDPA kernels against sdpa_reference over random option combinations, gradcheck and
-// gradgradcheck of sdpa itself (its double backward against the reference's too), edge cases
-// and bad input.
+// SDPA kernels against sdpa_reference over random option combinations, gradcheck of sdpa
+// itself, the backward's key parts, edge cases and bad input. The double backward's tests are in
+// test_sdpa_double_backward.cpp.
 #include <algorithm>
 #include <cmath>
 #include <random>
-#include <sstream>
 #include <tuple>
 
 #include "backends/sdpa_params.h"
-#include "sdpa_random.h"
-#include "test_util.h"
+#include "sdpa_dense.h"
 
 using namespace tg;
+using namespace sdpa_dense;
 using tgtest::check_throws_with_prefix;
 using tgtest::rel_error;
 using tgtest::rnd;
-
-namespace {
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double v : t.to(kFloat64).to_vector<double>())
-    if (std::isfinite(v)) m = std::max(m, std::abs(v));
-  return m;
-}
-
-struct Config {
-  int64_t B, Hq, Hk, Sq, Skv, D, Dv;
-  SdpaOptions opts;
-  bool strided = false;
-  int mask_kind = 0;  // 0 none, 1 float, 2 bool
-  Shape mask_shape;
-  std::string describe() const {
-    std::ostringstream os;
-    os << "B=" << B << " Hq=" << Hq << " Hk=" << Hk << " Sq=" << Sq << " Skv=" << Skv << " D=" << D
-       << " Dv=" << Dv << tgtest::describe_options(opts, mask_kind, mask_shape, strided);
-    return os.str();
-  }
-};
-
-Config random_config(std::mt19937_64& rng) {
-  tgtest::Draws draw{rng};
-  Config c;
-  c.B = draw.pick(1, 2);
-  c.Hk = draw.pick(1, 2);
-  c.Hq = c.Hk * draw.pick(1, 3);
-  const bool long_seq = draw.coin(0.25);  // several tiles of 64
-  c.Sq = long_seq ? draw.pick(60, 150) : draw.pick(1, 20);
-  c.Skv = draw.coin(0.5) ? c.Sq : (long_seq ? draw.pick(60, 150) : draw.pick(1, 20));
-  c.D = std::vector<int64_t>{4, 8, 16}[draw.pick(0, 2)];
-  c.Dv = draw.coin(0.7) ? c.D : draw.pick(3, 12);
-  c.strided = draw.coin(0.3);
-  c.opts = tgtest::random_sdpa_options(rng, {.causal = 0.4, .max_window = 8, .alibi = 0.25});
-  SdpaOptions& o = c.opts;
-  if (draw.coin(0.25)) {
-    std::vector<int64_t> lq, lkv;
-    for (int64_t b = 0; b < c.B; ++b) {
-      lq.push_back(draw.pick(0, c.Sq));
-      lkv.push_back(draw.pick(0, c.Skv));
-    }
-    if (draw.coin(0.5)) o.seq_len_q = from_vector(lq, {c.B});
-    o.seq_len_kv = from_vector(lkv, {c.B});
-  }
-  c.mask_kind = static_cast<int>(draw.pick(0, 2));
-  if (c.mask_kind) {
-    const std::vector<Shape> shapes = {
-        {c.Sq, c.Skv},          {1, 1, c.Sq, c.Skv},      {c.B, 1, c.Sq, c.Skv},
-        {1, c.Hq, c.Sq, c.Skv}, {c.B, c.Hq, c.Sq, c.Skv}, {c.B, 1, 1, c.Skv}};
-    c.mask_shape = shapes[draw.pick(0, static_cast<int64_t>(shapes.size()) - 1)];
-  }
-  return c;
-}
-
-struct Inputs {
-  Tensor q, k, v, mask, dout;
-};
-
-Inputs make_inputs(const Config& c, uint64_t seed) {
-  Inputs in;
-  auto make = [&](int64_t H, int64_t S, int64_t D, uint64_t s) {
-    if (!c.strided) return rnd({c.B, H, S, D}, s, -1.5, 1.5);
-    return rnd({c.B, S, H, D}, s, -1.5, 1.5).transpose(1, 2);  // (B, S, H, D) viewed as BHSD
-  };
-  in.q = make(c.Hq, c.Sq, c.D, seed);
-  in.k = make(c.Hk, c.Skv, c.D, seed + 1);
-  in.v = make(c.Hk, c.Skv, c.Dv, seed + 2);
-  in.dout = rnd({c.B, c.Hq, c.Sq, c.Dv}, seed + 3);
-  if (c.mask_kind == 1) in.mask = rnd(c.mask_shape, seed + 4, -2, 2);
-  if (c.mask_kind == 2) in.mask = gt(rnd(c.mask_shape, seed + 5), -0.6);
-  if (c.mask_kind && c.strided) {  // the same values with keys not adjacent in memory
-    const int64_t n = static_cast<int64_t>(c.mask_shape.size());
-    in.mask = in.mask.transpose(n - 2, n - 1).contiguous().transpose(n - 2, n - 1);
-  }
-  return in;
-}
-
-// A kernel's output, statistics and gradients (the mask's when the reference has one) against
-// the reference's, to a relative tolerance.
-void check_against_reference(const Tensor& out, const Tensor& stats, const SdpaGrads& g,
-                             const SdpaResult& ref, const std::vector<Tensor>& ref_grads,
-                             double tol) {
-  CHECK(rel_error(out, ref.out) < tol);
-  CHECK(rel_error(stats, ref.stats) < tol);
-  CHECK(rel_error(g.dq, ref_grads[0]) < tol);
-  CHECK(rel_error(g.dk, ref_grads[1]) < tol);
-  CHECK(rel_error(g.dv, ref_grads[2]) < tol);
-  if (ref_grads.size() > 3) CHECK(rel_error(g.dmask, ref_grads[3]) < tol);
-}
-
-}  // namespace
 
 TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
   std::mt19937_64 rng(20261122);
@@ -191,18 +96,6 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
   }
 }
 
-namespace {
-// sdpa(q, k, v) causal bottom-right with the float mask x[3]: checked once and twice
-// differentiated.
-Tensor causal_bottom_right_with_mask(const std::vector<Tensor>& x) {
-  SdpaOptions o;
-  o.causal = true;
-  o.causal_align = CausalAlign::BottomRight;
-  o.mask = x[3];
-  return sdpa(x[0], x[1], x[2], o).out;
-}
-}  // namespace
-
 TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
   using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
   Tensor q = rnd({1, 2, 5, 4}, 1).requires_grad_(), k = rnd({1, 1, 6, 4}, 2).requires_grad_();
@@ -252,87 +145,6 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
       return sdpa(x[0], x[1], x[2], o).out.transpose(1, 2).reshape({1, 5, 6});
     };
     CHECK_GRADCHECK(f, (std::vector<Tensor>{q, k, v}));
-  }
-}
-
-namespace {
-
-std::vector<Tensor> second_order(const tgtest::SdpaFn& attend, const Inputs& in, const Config& c,
-                                 const SdpaOptions& o, uint64_t seed) {
-  return tgtest::second_order(attend, in.q, in.k, in.v, in.dout,
-                              c.mask_kind == 1 ? in.mask : Tensor(), o, seed);
-}
-
-}  // namespace
-
-TEST_CASE("double backward against sdpa_reference's over random option combinations") {
-  std::mt19937_64 rng(20261123);
-  for (int n = 0; n < 60; ++n) {
-    Config c = random_config(rng);
-    Inputs in = make_inputs(c, 7000 + 10 * n);
-    SdpaOptions o = c.opts;
-    if (c.mask_kind) o.mask = in.mask;
-    INFO("config " << n << ": " << c.describe());
-    auto got = second_order(sdpa, in, c, o, 500 + n);
-    auto want = second_order(sdpa_reference, in, c, o, 500 + n);
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      CAPTURE(i);
-      // Relative, with an absolute floor: where a gradient is exactly 0 (a row with one key
-      // has dq = 0) the reference leaves the roundoff of cancelling O(1) terms, ~1e-17.
-      CHECK(max_abs(sub(got[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
-    }
-  }
-}
-
-TEST_CASE(
-    "the tiled double backward kernel: against the composed one, and in float32 and 16 bits") {
-  std::mt19937_64 rng(20261124);
-  for (int n = 0; n < 8; ++n) {
-    Config c = random_config(rng);
-    while (c.Sq <= 64 || c.Skv <= 128) c = random_config(rng);  // several query and key tiles
-    const Inputs in = make_inputs(c, 9000 + 10 * n);
-    SdpaOptions o = c.opts;
-    if (c.mask_kind) o.mask = in.mask;
-    INFO("config " << n << ": " << c.describe());
-    const auto tiled = second_order(sdpa, in, c, o, 700 + n);
-    std::vector<Tensor> composed;
-    {
-      FusedKernelsGuard off(false);
-      composed = second_order(sdpa, in, c, o, 700 + n);
-    }
-    REQUIRE(tiled.size() == composed.size());
-    for (size_t i = 0; i < tiled.size(); ++i) {
-      CAPTURE(i);
-      CHECK(max_abs(sub(tiled[i], composed[i])) <= 1e-12 * max_abs(composed[i]) + 1e-14);
-    }
-    // Lower precision against float64 on the same rounded inputs. The 16-bit double backward
-    // runs in float32 and rounds its results once; its cotangents (the random weights of l2)
-    // are rounded too. Each rounding is 2^-9 relative, so the bound is two bfloat16 ulps of
-    // the largest gradient (measured: at most 4.2e-3; float32 at most 5.5e-7).
-    for (auto [dt, tol] : {std::pair{kFloat32, 1e-5}, std::pair{kBFloat16, 8e-3}}) {
-      CAPTURE(dt);
-      const auto lowered = [dt = dt](const Tensor& t) { return t.defined() ? t.to(dt) : t; };
-      const auto rounded = [dt = dt](const Tensor& t) {
-        return t.defined() && t.dtype() == kFloat64 ? t.to(dt).to(kFloat64) : t;
-      };
-      Inputs low{lowered(in.q), lowered(in.k), lowered(in.v),
-                 in.mask.defined() && in.mask.dtype() != kBool ? lowered(in.mask) : in.mask,
-                 lowered(in.dout)};
-      Inputs ref{rounded(in.q), rounded(in.k), rounded(in.v), rounded(in.mask), rounded(in.dout)};
-      SdpaOptions lo = o, ro = o;
-      if (c.mask_kind) {
-        lo.mask = low.mask;
-        ro.mask = ref.mask;
-      }
-      const auto got = second_order(sdpa, low, c, lo, 700 + n);
-      const auto want = second_order(sdpa, ref, c, ro, 700 + n);
-      for (size_t i = 0; i < got.size(); ++i) {
-        CAPTURE(i);
-        CHECK(got[i].dtype() == dt);
-        CHECK(max_abs(sub(got[i].to(kFloat64), want[i])) <= tol * max_abs(want[i]) + 1e-6);
-      }
-    }
   }
 }
 
@@ -410,70 +222,6 @@ TEST_CASE("packed operands whose rows are a multiple of 1 KiB apart (padded stri
         CHECK(max_abs(sub(got[i], want[i])) <= 1e-10 * max_abs(want[i]) + 1e-14);
     }
   }
-}
-
-TEST_CASE("sdpa is twice differentiable: float64 gradgradcheck with every option") {
-  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-  Tensor q = rnd({1, 2, 4, 3}, 1).requires_grad_(), k = rnd({1, 1, 5, 3}, 2).requires_grad_();
-  Tensor v = rnd({1, 1, 5, 2}, 3).requires_grad_(), m = rnd({2, 4, 5}, 4).requires_grad_();
-  SUBCASE("causal bottom-right, GQA, float mask with its gradient, Dqk != Dv") {
-    const Fn f = causal_bottom_right_with_mask;
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v, m}));
-  }
-  SUBCASE("dropout, softcap, ALiBi, bool mask, window, padding") {
-    Fn f = [](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.dropout_p = 0.3;
-      o.seed = 7;
-      o.softcap = 2.0;
-      o.alibi = true;
-      o.window = 3;
-      o.causal = true;
-      o.mask = gt(rnd({4, 5}, 9), -0.7);
-      o.seq_len_kv = from_vector(std::vector<int64_t>{4}, {1});
-      o.seq_len_q = from_vector(std::vector<int64_t>{3}, {1});
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{q, k, v}));
-  }
-  SUBCASE("softcap with a float mask and its gradient, strided q") {
-    Tensor qs = rnd({1, 4, 2, 3}, 5).transpose(1, 2).requires_grad_();
-    Fn f = [](const std::vector<Tensor>& x) {
-      SdpaOptions o;
-      o.softcap = 1.5;
-      o.scale = 0.9;
-      o.mask = x[3];
-      return sdpa(x[0], x[1], x[2], o).out;
-    };
-    CHECK_GRADGRADCHECK(f, (std::vector<Tensor>{qs, k, v, m}));
-  }
-  SUBCASE("a third derivative: the double backward is differentiable too") {
-    Tensor w = rnd({1, 2, 4, 2}, 6);
-    Fn dq = [w](const std::vector<Tensor>& x) {
-      EnableGradGuard grad_on;  // gradcheck evaluates f under NoGradGuard
-      SdpaOptions o;
-      o.softcap = 2.5;
-      o.mask = x[3];
-      auto g = grad({sdpa(x[0], x[1], x[2], o).out}, {x[0]}, {w}, std::nullopt, true, true);
-      return g[0];
-    };
-    CHECK_GRADGRADCHECK(dq, (std::vector<Tensor>{q, k, v, m}));
-  }
-}
-
-TEST_CASE("double backward of fully masked rows is zero and finite") {
-  Tensor q = rnd({1, 1, 3, 4}, 1).requires_grad_(), k = rnd({1, 1, 3, 4}, 2).requires_grad_();
-  Tensor v = rnd({1, 1, 3, 4}, 3).requires_grad_();
-  SdpaOptions o;
-  o.mask = from_vector(std::vector<bool>{true, false, true, false, false, false, true, true, true},
-                       {3, 3});  // row 1 attends to nothing
-  Tensor dq = grad({sdpa(q, k, v, o).out}, {q}, {ones({1, 1, 3, 4}, kFloat64)}, std::nullopt, true,
-                   true)[0];
-  auto g2 = grad({sum(mul(dq, dq))}, {q, k, v});
-  for (const Tensor& t : g2)
-    for (double x : t.to_vector<double>()) CHECK(std::isfinite(x));
-  auto gq = g2[0].to_vector<double>();
-  for (int c = 0; c < 4; ++c) CHECK(gq[4 + c] == 0.0);
 }
 
 TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
