@@ -239,6 +239,22 @@ TEST_CASE(
     return seen;
   };
   CHECK(unsynchronised(emu::Order::Forward) != unsynchronised(emu::Order::Reverse));
+  // The first runnable thread runs: the last lane into warp 0's shuffle goes on to its end, then
+  // the lanes released before it (not warp 1, which is after them), then warp 1 likewise.
+  std::vector<int> ran;
+  emu::launch(1, 64, 0, [&] {
+    const int t = static_cast<int>(emu::thread_idx().x);
+    ran.push_back(t);
+    emu::warp_exchange("test", &t, sizeof t);
+    ran.push_back(t);
+  });
+  std::vector<int> expected;
+  for (const int warp : {0, 32}) {
+    for (int t = 0; t < 32; ++t) expected.push_back(warp + t);
+    expected.push_back(warp + 31);
+    for (int t = 0; t < 31; ++t) expected.push_back(warp + t);
+  }
+  CHECK(ran == expected);
 }
 
 TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {

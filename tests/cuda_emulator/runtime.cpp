@@ -1,9 +1,8 @@
-// The emulator's fibers and barriers (runtime.h). A block's threads are ucontext fibers on the
-// calling thread; the scheduler resumes the first runnable one in set_schedule()'s order until
-// it waits at a barrier or returns, and none runnable while threads remain is a deadlock.
+// The emulator's fibers and barriers (runtime.h). A block's threads are fibers on the calling
+// thread (fiber_context.h); the scheduler resumes the first runnable one in set_schedule()'s
+// order until it waits at a barrier or returns, and none runnable while threads remain is a
+// deadlock.
 #include "tests/cuda_emulator/runtime.h"
-
-#include <ucontext.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/cuda_emulator/fiber_context.h"
 
 namespace tg::cuda_emulator {
 namespace {
@@ -65,7 +65,7 @@ struct Work {  // a deferred warpgroup product: the accumulators it writes, and 
 };
 
 struct Fiber {
-  ucontext_t ctx{};
+  FiberContext ctx;
   std::unique_ptr<char[]> stack{new char[kStack]};
   Index3 tid;
   bool done = false;
@@ -102,13 +102,15 @@ struct NamedBarrier {
 };
 
 struct State {
-  ucontext_t scheduler{};
+  FiberContext scheduler;
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   std::vector<WarpState> warps;
   unsigned block_arrived = 0, block_live = 0;
   uint64_t block_gen = 0;
   NamedBarrier named[kNamedBarriers];
+  // Barrier phases completed so far, of any kind (the scheduler's cursor below).
+  uint64_t releases = 0;
   Index3 block, bdim, gdim;
   const std::function<void()>* body = nullptr;
   std::string error;  // the first fault
@@ -136,7 +138,7 @@ void fault(const std::string& what) {
 
 Fiber& me() { return *state().current; }
 
-void yield() { swapcontext(&me().ctx, &state().scheduler); }
+void yield() { switch_fiber(me().ctx, state().scheduler); }
 
 bool ready(const State& s, const Fiber& f) {
   switch (f.wait) {
@@ -164,6 +166,7 @@ void finish(Fiber& f) {
   if (s.block_arrived > 0 && s.block_arrived == s.block_live) {  // the others may go on
     s.block_arrived = 0;
     ++s.block_gen;
+    ++s.releases;
   }
 }
 
@@ -175,7 +178,7 @@ void entry() {
     fault(std::string("the kernel threw: ") + e.what());
   }
   finish(me());
-  // Returns to the scheduler through uc_link.
+  switch_fiber(me().ctx, s.scheduler);  // never resumed
 }
 
 // Where the block's threads wait, runs of consecutive threads that wait alike as one entry.
@@ -230,33 +233,39 @@ void run_block(State& s, size_t shared_bytes) {
     f.work.clear();
     f.saved.clear();
     f.unfenced.clear();
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.get();
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = &s.scheduler;
-    makecontext(&f.ctx, entry, 0);
+    make_fiber(f.ctx, f.stack.get(), kStack, entry);
   }
   // Always the first runnable thread in the order: each warp runs ahead of the ones after it
-  // as far as the barriers allow, so a missing barrier shows.
+  // as far as the barriers allow, so a missing barrier shows. The threads before the one that
+  // just ran were not runnable when it was picked, and can become so only when a barrier phase
+  // completes (s.releases): until then the search goes on after it (a warp's shuffle is 32
+  // switches, which searched the whole block each from its start).
+  unsigned from = 0;
   for (;;) {
     Fiber* next = nullptr;
-    bool all_done = true;
-    for (unsigned k = 0; k < n && !next; ++k) {
-      Fiber& f = s.fibers[s.order == Order::Forward ? k : n - 1 - k];
-      if (f.done) continue;
-      all_done = false;
-      if (ready(s, f)) next = &f;
+    unsigned at = from;
+    for (; at < n && !next; ++at) {
+      Fiber& f = s.fibers[s.order == Order::Forward ? at : n - 1 - at];
+      if (!f.done && ready(s, f)) next = &f;
     }
-    if (all_done) break;
+    // None after it: all done, or a deadlock; a search from the start tells which.
+    if (!next && from > 0) {
+      from = 0;
+      continue;
+    }
     if (!next) {
-      fault("deadlock:" + waiting(s));
+      const bool all_done = std::all_of(s.fibers.begin(), s.fibers.begin() + n,
+                                        [](const Fiber& f) { return f.done; });
+      if (!all_done) fault("deadlock:" + waiting(s));
       break;
     }
     next->wait = Wait::None;
     s.current = next;
-    swapcontext(&s.scheduler, &next->ctx);
+    const uint64_t releases = s.releases;
+    switch_fiber(s.scheduler, next->ctx);
     s.current = nullptr;
     if (!s.error.empty()) break;
+    from = s.releases == releases ? at : 0;
   }
   for (size_t w = 0; s.error.empty() && w + 3 < s.warps.size(); w += 4) {
     const uint64_t n = s.warps[w].products;
@@ -404,6 +413,7 @@ void sync_block() {
   if (++s.block_arrived == s.block_live) {
     s.block_arrived = 0;
     ++s.block_gen;
+    ++s.releases;
     return;
   }
   f.wait = Wait::Block;
@@ -430,6 +440,7 @@ bool named_arrival(unsigned id, unsigned count) {
   if (++b.arrived < b.count) return false;
   b.arrived = 0;
   ++b.gen;
+  ++s.releases;
   return true;
 }
 }  // namespace
@@ -460,6 +471,7 @@ const unsigned char* warp_exchange(const char* what, const void* in, size_t byte
   if (++w.arrived == w.live) {
     w.arrived = 0;
     ++w.gen;
+    ++s.releases;
   } else {
     f.wait = Wait::Warp;
     f.gen = w.gen;
