@@ -58,7 +58,8 @@ void make_fiber(FiberContext& c, char* stack, size_t bytes, void (*fn)()) {
   // The top 16-byte aligned; below it, the six registers the switch pops (zeros), fn as the
   // address its `ret` goes to, and one word of padding, so that fn starts with the stack
   // pointer 8 past a multiple of 16, as after a call.
-  const auto top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
+  char* top = stack + bytes;
+  top -= reinterpret_cast<uintptr_t>(top) % 16;
   auto** sp = reinterpret_cast<void**>(top) - 8;
   for (int r = 0; r < 6; ++r) sp[r] = nullptr;
   sp[6] = reinterpret_cast<void*>(fn);
