@@ -12,7 +12,7 @@
 # sm_90), which compiles every kernel as the default does at half the device-code time (the
 # SDPA's mma.sync backward alone took 361 s for both). The sm_90a warpgroup kernels build as
 # always. The sanitizer build keeps line tables only (-g1: the reports' stack traces still name
-# file and line), which compiles a third faster than -g.
+# file and line), which builds a quarter faster than -g.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh ninja-build
