@@ -9,8 +9,10 @@
 #pragma once
 #include <cstddef>
 
-#if !defined(__x86_64__) || defined(TG_EMULATOR_UCONTEXT)
+#if !defined(__x86_64__) && !defined(TG_EMULATOR_UCONTEXT)
 #define TG_EMULATOR_UCONTEXT 1
+#endif
+#ifdef TG_EMULATOR_UCONTEXT
 #include <ucontext.h>
 #endif
 
