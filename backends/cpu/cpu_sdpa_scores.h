@@ -122,9 +122,10 @@ void load_transposed_panels(const View& v, int64_t b, int64_t h, int64_t row0, i
                             const int64_t* at = nullptr) {
   constexpr int64_t W = simd::kLanes<T>;
   const int64_t width = v.sizes[3], sr = v.strides[2], sd = v.strides[3];
+  const int64_t padded = (rows + W - 1) / W * W;
   auto at_rc = [&](int64_t r, int64_t c) -> T& { return dst[r / W * width * W + c * W + r % W]; };
   for (int64_t c = 0; c < width; ++c)
-    for (int64_t r = rows; r < (rows + W - 1) / W * W; ++r) at_rc(r, c) = T(0);
+    for (int64_t r = rows; r < padded; ++r) at_rc(r, c) = T(0);
   with_elements<T>(v, [&](const auto* data) {
     const auto* src = data + b * v.strides[0] + h * v.strides[1];
     if (at) {  // rows one by one, each written down its column of dst
