@@ -59,6 +59,24 @@ void set_cuda_sdpa_warp_rows(int rows);
 bool cuda_sdpa_deterministic();
 void set_cuda_sdpa_deterministic(bool on);
 
+// How the deterministic backward (cuda_sdpa_deterministic() true) sums dQ:
+//  "pass": in a pass of its own, as above;
+//  "fixed": in the dK/dV pass, each key block's share converted to a 64-bit integer count of
+//    a unit of the row's own (a power of two, 2^-61 of a bound on the row's dQ that K, V, dO
+//    and D give) and added with integer atomic adds. Integer sums do not depend on the order of
+//    their terms, so dQ is bitwise the same run to run, without the dQ pass's two recomputed
+//    products; its one rounding is the sum's conversion back to float (the pass rounds every
+//    add). A row whose inputs are not finite gives NaN throughout;
+//  "auto" (the default): "fixed" for float32 rows of head dims 65 to 128, where the pass's
+//    two recomputed products (three TF32 products each) cost most: on an H100 forward+backward
+//    at B1 H8 S8192 D128 took 28.2 ms against 34.0 (docs/PERFORMANCE.md, session 45); else
+//    "pass": elsewhere the 64-bit adds cost more than the products they save (bf16 at D 128,
+//    5.8 ms against 2.4; float32 at D 64, 9.2 against 7.0).
+// Until set, the environment variable TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ ("auto", "pass" or
+// "fixed") decides, read on every call, else "auto". Anything else is an error.
+std::string cuda_sdpa_deterministic_dq();
+void set_cuda_sdpa_deterministic_dq(const std::string& mode);
+
 // Where the tensor-core SDPA runs on sm_90's warpgroup products (wgmma) on a device of compute
 // capability 9.0 (H100, H200). They take 16-bit inputs, options without a float or bool mask,
 // ALiBi, softcap or dropout, and head dims up to 256 in the forward (with a positive scale), up

@@ -1,11 +1,11 @@
 // The tensor-core SDPA's process-wide settings (cuda_api.h): tg::cuda_sdpa_warp_rows,
-// tg::cuda_sdpa_deterministic and tg::cuda_sdpa_wgmma, in every build (a build without CUDA keeps
+// tg::cuda_sdpa_deterministic, tg::cuda_sdpa_deterministic_dq and tg::cuda_sdpa_wgmma, in every
+// build (a build without CUDA keeps
 // and checks them, and nothing reads them). Each is -1 until set, and
 // then the environment decides, read on every call.
 #include <atomic>
 #include <cstdlib>
 #include <initializer_list>
-#include <iterator>
 #include <string>
 
 #include "backends/cuda_api.h"
@@ -17,6 +17,7 @@ namespace {
 std::atomic<int> g_rows{-1};           // else 0 (automatic), 16 or 32
 std::atomic<int> g_deterministic{-1};  // else 0 or 1
 std::atomic<int> g_wgmma{-1};          // else an index of kWgmmaModes
+std::atomic<int> g_dq{-1};             // else an index of kDqModes
 
 // The environment variable `name`'s value, one of `allowed` (else an error from `op`), or
 // `fallback` when it is unset or empty.
@@ -28,6 +29,18 @@ std::string from_env(const char* name, std::initializer_list<const char*> allowe
   for (const char* a : allowed)
     if (s == a) return s;
   fail(op, name, ": expected ", expected, ", got \"", s, "\"");
+}
+
+// Stores the index of `mode` among `modes` in `set`, else an error from `op`.
+template <size_t N>
+void set_mode(std::atomic<int>& set, const char* const (&modes)[N], const std::string& mode,
+              const char* op, const char* expected) {
+  for (size_t i = 0; i < N; ++i)
+    if (mode == modes[i]) {
+      set.store(static_cast<int>(i));
+      return;
+    }
+  fail(op, "mode: expected ", expected, ", got \"", mode, "\"");
 }
 
 }  // namespace
@@ -66,12 +79,21 @@ std::string cuda_sdpa_wgmma() {
 }
 
 void set_cuda_sdpa_wgmma(const std::string& mode) {
-  for (int i = 0; i < static_cast<int>(std::size(kWgmmaModes)); ++i)
-    if (mode == kWgmmaModes[i]) {
-      g_wgmma.store(i);
-      return;
-    }
-  fail("set_cuda_sdpa_wgmma", "mode: expected \"auto\", \"on\" or \"off\", got \"", mode, "\"");
+  set_mode(g_wgmma, kWgmmaModes, mode, "set_cuda_sdpa_wgmma", "\"auto\", \"on\" or \"off\"");
+}
+
+constexpr const char* kDqModes[] = {"auto", "pass", "fixed"};
+
+std::string cuda_sdpa_deterministic_dq() {
+  const int set = g_dq.load();
+  if (set != -1) return kDqModes[set];
+  return from_env("TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ", {"auto", "pass", "fixed"},
+                  "\"auto\", \"pass\" or \"fixed\"", "auto", "cuda_sdpa_deterministic_dq");
+}
+
+void set_cuda_sdpa_deterministic_dq(const std::string& mode) {
+  set_mode(g_dq, kDqModes, mode, "set_cuda_sdpa_deterministic_dq",
+           "\"auto\", \"pass\" or \"fixed\"");
 }
 
 }  // namespace tg

@@ -154,7 +154,9 @@ int main(int argc, char** argv) {
           "cuda_sdpa\ttensor cores %s, warp rows %d (0: automatic), dQ %s, warpgroup products "
           "%s\n",
           tg::cuda_sdpa_tensor_cores() ? "on" : "off", tg::cuda_sdpa_warp_rows(),
-          tg::cuda_sdpa_deterministic() ? "in its own pass (deterministic)"
+          tg::cuda_sdpa_deterministic() ? ("deterministic, " + tg::cuda_sdpa_deterministic_dq() +
+                                           " (pass or fixed-point sums)")
+                                              .c_str()
                                         : "summed by the dK/dV pass (atomic adds)",
           tg::cuda_sdpa_wgmma().c_str());
       for (bool causal : {false, true}) {

@@ -38,6 +38,10 @@ double unit(DType dt) {
   return dt == kBFloat16 ? 0x1p-8 : 0x1p-11;
 }
 
+double unit(DType dt, int64_t width) {
+  return unit(dt) * (dt == kFloat32 ? std::max(1.0, static_cast<double>(width) / 64.0) : 1.0);
+}
+
 void check_close(const std::string& what, const Tensor& cpu, const Tensor& result, double tol) {
   const double err = tgtest::rel_error(result.to(kCPU), cpu);
   INFO(what << ": error " << err << " of the largest element, allowed " << tol);
@@ -196,7 +200,7 @@ void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& r
   // error grows with the number of chained products, three per 8 of the head dim, not as a
   // random walk: 2^-20 (float32's unit here) covers head dims up to 64 and grows in proportion
   // above (on an H100, 1.0e-5 of the terms' magnitude at head dim 256 against 3.8e-6 allowed).
-  const double u = unit(dt) * (dt == kFloat32 ? std::max(1.0, std::max(c.Dqk, c.Dv) / 64.0) : 1.0);
+  const double u = unit(dt, std::max(c.Dqk, c.Dv));
   check_bounded("out", rc.out, rg.out, m.out, 4 * u);
   check_close("stats", rc.stats, rg.stats, 1e-5);
   check_bounded("dq", gc.dq, gg.dq, m.dq, 8 * u);

@@ -47,6 +47,8 @@ using WarpRows = Scoped<int, tg::cuda_sdpa_warp_rows, tg::set_cuda_sdpa_warp_row
 using TensorCores = Scoped<bool, tg::cuda_sdpa_tensor_cores, tg::set_cuda_sdpa_tensor_cores>;
 using Deterministic = Scoped<bool, tg::cuda_sdpa_deterministic, tg::set_cuda_sdpa_deterministic>;
 using Wgmma = Scoped<std::string, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
+using DeterministicDq =
+    Scoped<std::string, tg::cuda_sdpa_deterministic_dq, tg::set_cuda_sdpa_deterministic_dq>;
 
 // The unit of the kernels' error relative to the terms' magnitudes: the 16-bit types' unit
 // roundoff; for float32 on the tensor cores, 3xTF32's: a = hi + lo + e with |e| <= 2^-22 |a|,
@@ -55,6 +57,9 @@ using Wgmma = Scoped<std::string, tg::cuda_sdpa_wgmma, tg::set_cuda_sdpa_wgmma>;
 // 2^-24 for n = 256 terms is 2^-20. On a GPU's tensor cores it holds up to head dim 64 only;
 // compare_config scales it above (why: there).
 double unit(DType dt);
+// The same for results whose widest rows (max(Dqk, Dv)) are `width` wide, as compare_config
+// allows on a GPU (float32 grows in proportion above head dim 64: why there).
+double unit(DType dt, int64_t width);
 
 // |result - cpu| <= tol times the largest |cpu| element.
 void check_close(const std::string& what, const Tensor& cpu, const Tensor& result, double tol);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/op_util.h"
@@ -286,6 +287,64 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
     if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
     INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
     compare_config(c, dt, 14000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+  }
+}
+
+TEST_CASE(
+    "emulated tensor-core sdpa: dQ summed in fixed point by the dK/dV pass, against the CPU") {
+  // cuda_sdpa_deterministic_dq() "fixed": each dK/dV block adds its share of dQ as integer
+  // counts of the row's unit. Random configurations (every option), and an odd head dim.
+  const DeterministicDq fixed("fixed");
+  const Wgmma mma_sync("off");
+  std::mt19937_64 rng(2034);
+  for (int n = 0; n < 6; ++n) {
+    Config c = random_config(rng);
+    if (n == 4) c.Dqk = 7;
+    const WarpRows rows(n % 2 ? 32 : 16);
+    DType dt = n % 3 == 0 ? kFloat32 : n % 3 == 1 ? kBFloat16 : kFloat16;
+    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+    cuda_emulator::clear_launches();
+    compare_config(c, dt, 16000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+    const auto& names = cuda_emulator::launched();
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma kv bounds kernel") == 2);
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma backward dq kernel") == 0);
+  }
+  // "auto" (the default): fixed point for float32 rows of head dims 65 to 128 alone.
+  const DeterministicDq automatic("auto");
+  for (const auto& [dt, d, fixed_point] :
+       {std::tuple{kFloat32, 100, true}, {kFloat32, 64, false}, {kBFloat16, 100, false}}) {
+    INFO(std::string(dtype_name(dt)) << ", head dim " << d);
+    const Tensor x = tgtest::rnd({1, 1, 20, d}, 7).to(dt);
+    cuda_emulator::clear_launches();
+    run_emulated(x, x, x, x, SdpaOptions{});
+    const auto& names = cuda_emulator::launched();
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma kv bounds kernel") == fixed_point);
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma backward dq kernel") == !fixed_point);
+  }
+}
+
+TEST_CASE("emulated tensor-core sdpa: fixed-point dQ is NaN where a term is not finite") {
+  // An infinite value of V makes dP, and so dS, not finite for every row that sees its key:
+  // the dQ pass's float sums give non-finite rows, the fixed-point sums mark them NaN (their
+  // unit is NaN: cuda_sdpa_dq_fixed.cuh). The rows of the other sequence stay finite.
+  const Wgmma mma_sync("off");
+  const Tensor q = tgtest::rnd({2, 2, 40, 16}, 1).to(kFloat32);
+  const Tensor k = tgtest::rnd({2, 1, 40, 16}, 2).to(kFloat32);
+  const Tensor dout = tgtest::rnd({2, 2, 40, 16}, 4).to(kFloat32);
+  Tensor v = tgtest::rnd({2, 1, 40, 16}, 3).to(kFloat32);
+  v.data_ptr<float>()[3 * 16 + 5] = INFINITY;  // sequence 0, key 3
+  const auto dq_values = [&](const char* mode) {
+    const DeterministicDq dq(mode);
+    return run_emulated(q, k, v, dout, SdpaOptions{}).second.dq.to_vector<float>();
+  };
+  const std::vector<float> pass = dq_values("pass"), fixed = dq_values("fixed");
+  const size_t half = fixed.size() / 2;
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::isfinite(pass[i]) == (i >= half));
+    CHECK(std::isnan(fixed[i]) == (i < half));
+    if (i >= half) CHECK(std::abs(fixed[i] - pass[i]) <= 1e-5f * (1 + std::abs(pass[i])));
   }
 }
 

@@ -158,6 +158,26 @@ TEST_CASE("tensor-core SDPA's deterministic dQ: on by default, \"1\" or \"0\", e
   set_cuda_sdpa_deterministic(true);
 }
 
+TEST_CASE(
+    "tensor-core SDPA's deterministic dQ sums: auto by default, pass or fixed, else an error") {
+  CHECK(cuda_sdpa_deterministic_dq() == "auto");  // the test environment sets nothing
+  setenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ", "fixed", 1);
+  CHECK(cuda_sdpa_deterministic_dq() == "fixed");
+  setenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ", "atomic", 1);
+  check_throws_with_prefix([&] { cuda_sdpa_deterministic_dq(); }, "[cuda_sdpa_deterministic_dq]",
+                           "TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ: expected \"auto\", \"pass\" or "
+                           "\"fixed\", got \"atomic\"");
+  set_cuda_sdpa_deterministic_dq("pass");  // set: the environment is not read
+  CHECK(cuda_sdpa_deterministic_dq() == "pass");
+  unsetenv("TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ");
+  check_throws_with_prefix([&] { set_cuda_sdpa_deterministic_dq("on"); },
+                           "[set_cuda_sdpa_deterministic_dq]",
+                           "mode: expected \"auto\", \"pass\" or \"fixed\", got \"on\"");
+  CHECK(cuda_sdpa_deterministic_dq() == "pass");  // unchanged by the refused call
+  set_cuda_sdpa_deterministic_dq("auto");
+  CHECK(cuda_sdpa_deterministic_dq() == "auto");
+}
+
 TEST_CASE("tensor-core SDPA's warpgroup products: auto by default, on or off, else an error") {
   CHECK(cuda_sdpa_wgmma() == "auto");  // the test environment sets nothing
   for (const auto& [env, mode] : std::vector<std::pair<const char*, const char*>>{

@@ -158,6 +158,11 @@ __device__ __forceinline__ void atomic_add2(float* p, float x, float y) {
 #endif
 }
 __device__ __forceinline__ void atomic_add(float* p, float x) { atomicAdd(p, x); }
+// *p += x in 64-bit integers, atomically: the same sum in any order (two's complement: signed
+// counts added as unsigned).
+__device__ __forceinline__ void atomic_add_u64(unsigned long long* p, unsigned long long x) {
+  atomicAdd(p, x);
+}
 
 #endif  // TG_CUDA_EMULATION
 

@@ -27,6 +27,11 @@ struct Args {
   // The tensor-core backward's dQ sums (B, Hq, Sq, Dqk) in float32, when its dK/dV pass adds
   // them up (cuda_sdpa_deterministic() false); else null.
   T* dq_sum;
+  // The same sums in fixed point (cuda_sdpa_deterministic_dq() "fixed"; cuda_sdpa_dq_fixed.cuh):
+  // integer counts of each row's unit dq_unit[row], and the bounds of K and V per key chunk
+  // that the units come from; else null.
+  unsigned long long* dq_fixed;
+  float *dq_unit, *kv_bounds;
   int64_t outs[4], sts[4], dqs[4], dks[4], dvs[4];
   const void* mask;
   bool mask_bool;
@@ -141,13 +146,14 @@ __device__ __forceinline__ float score_grad(const Args<float, S>& a, int64_t b, 
 }
 
 // D = rowsum(dO * O) of padded query row `row` of (B, Hq, Sq) into a.delta, by one warp (the
-// backward's first pass; rows past a ragged sequence's own are skipped).
+// backward's first pass; rows past a ragged sequence's own are skipped); returns it to every
+// lane (0 for a skipped row).
 template <class S>
-__device__ __forceinline__ void delta_row(const Args<float, S>& a, int64_t row, int lane) {
-  if (row >= a.B * a.Hq * a.Sq) return;
+__device__ __forceinline__ float delta_row(const Args<float, S>& a, int64_t row, int lane) {
+  if (row >= a.B * a.Hq * a.Sq) return 0;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const SdpaSequence sq = a.seq(b);
-  if (i >= sq.rows_q) return;
+  if (i >= sq.rows_q) return 0;
   if (a.dq_sum)  // the row's dQ sums start at 0 (the dK/dV pass adds to them)
     for (int64_t d = lane; d < a.Dqk; d += 32) a.dq_sum[row * a.Dqk + d] = 0;
   float acc = 0;
@@ -156,6 +162,7 @@ __device__ __forceinline__ void delta_row(const Args<float, S>& a, int64_t row, 
            static_cast<float>(a.o[at4(a.os, b, h, sq.q0 + i, d)]);
   acc = warp_sum(acc);
   if (lane == 0) a.delta[row] = acc;
+  return acc;
 }
 
 // Calls f(std::integral_constant<int, width>) for the smallest of the kernels' head-dim

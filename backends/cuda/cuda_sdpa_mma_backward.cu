@@ -2,7 +2,9 @@
 // and their launch (overview in cuda_sdpa_mma.cu).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "backends/cuda/cuda_sdpa_dq_fixed.cuh"
 #include "backends/cuda/cuda_sdpa_mma_launch.cuh"
 
 namespace tg::cuda::mma_sdpa {
@@ -10,7 +12,10 @@ namespace {
 
 template <class S>
 __global__ void delta_kernel(Args<float, S> a) {
-  delta_row(a, static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, threadIdx.x % 32);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const float delta = delta_row(a, row, lane);
+  if (a.dq_fixed) fixed_row_start(a, row, lane, delta);
 }
 
 // Under plain() options without dropout (the most common call) a backward tile runs no
@@ -205,9 +210,9 @@ __device__ __forceinline__ bool interior_sums(int64_t first, int64_t rows, int e
 
 // dQ += dS K (times the scale at the end) for a walked tile of kN query rows from i0 of head h,
 // dS staged as above: the share of those rows' dQ of a block of kW warps (16 kW keys), added
-// into a.dq_sum. The warps split the tile's 16-row slices and dQ's columns between them, and
-// take the columns 64 at a time (a thread's sums for 128 would not fit beside the dK and dV
-// ones).
+// into a.dq_sum, or a.dq_fixed in fixed point (cuda_sdpa_dq_fixed.cuh). The warps split the tile's
+// 16-row slices and dQ's columns between them, and take the columns 64 at a time (a thread's sums
+// for 128 would not fit beside the dK and dV ones).
 template <class S, int kD, int kN, int kW>
 __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, const S* Ks, int64_t b,
                                        int64_t h, int64_t i0, const SdpaSequence& sq) {
@@ -220,11 +225,32 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
   load_ds<S, kN, kKeys>(ds, dS, 16 * slice);
   const int64_t first = i0 + 16 * slice;  // the slice's first row
   const int64_t row_base = (b * a.Hq + h) * a.Sq;
+  float inverse[2] = {};  // fixed point: the inverse units of the thread's two rows
+  if (a.dq_fixed) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (const int64_t i = first + frag_row(2 * r); i < sq.rows_q)
+        inverse[r] = fixed_inverse(a.dq_unit + row_base + i);
+  }
 #pragma unroll
   for (int piece = 0; piece < kCols / kPiece; ++piece) {
     const int c0 = col0 + piece * kPiece;
     float acc[kPiece / 8][4] = {};
     warp_pv<S, kPiece, kKeys, kPitch<S, kD>>(ds, Ks + c0, acc);
+    if (a.dq_fixed) {
+#pragma unroll
+      for (int dt = 0; dt < kPiece / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = first + frag_row(e);
+          const int d = c0 + frag_col(dt, e);
+          if (i < sq.rows_q && d < a.Dqk)
+            add_fixed(a.dq_fixed + (row_base + i) * a.Dqk + d, acc[dt][e], inverse[e / 2],
+                      a.dq_unit + row_base + i);
+        }
+      }
+      continue;
+    }
     if (interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
       // One add per pair of columns from two row bases.
       float* at = a.dq_sum + (row_base + first + frag_row(0)) * a.Dqk + c0 + frag_col(0, 0);
@@ -376,7 +402,8 @@ __global__ void __launch_bounds__(32 * kW, kDkvBlocks<kD, kW, kPlainOnly>)
     store_rows<S, kD>(a.dv, a.dvs, b, hk, sq.kv0, key_w, sq.rows_kv, a.Dv, dv, one);
 }
 
-// dQ = dQ's sums times the scale, into a.dq (one warp a row, rows of (B, Hq, Sq) as delta's).
+// dQ = dQ's sums (float, or fixed point) times the scale, into a.dq (one warp a row, rows of
+// (B, Hq, Sq) as delta's).
 template <class S>
 __global__ void dq_store_kernel(Args<float, S> a) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -384,8 +411,12 @@ __global__ void dq_store_kernel(Args<float, S> a) {
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i >= sq.rows_q) return;
-  for (int64_t d = threadIdx.x % 32; d < a.Dqk; d += 32)
-    a.dq[at4(a.dqs, b, h, sq.q0 + i, d)] = round_to<S>(a.dq_sum[row * a.Dqk + d] * a.scale);
+  const float unit = a.dq_fixed ? a.dq_unit[row] : 0.0f;
+  for (int64_t d = threadIdx.x % 32; d < a.Dqk; d += 32) {
+    const int64_t at = row * a.Dqk + d;
+    const float sum = a.dq_fixed ? fixed_value(a.dq_fixed[at], unit) : a.dq_sum[at];
+    a.dq[at4(a.dqs, b, h, sq.q0 + i, d)] = round_to<S>(sum * a.scale);
+  }
 }
 
 // Shared memory of the dQ and dK/dV kernels at tile width kD (and kM slices per warp, or kKeys
@@ -401,6 +432,17 @@ constexpr size_t smem_dkv = (2 * kKeys + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD>
                                  ? kDsValues<S, kBackwardWalk<S, kD>, kKeys> * sizeof(S)
                                  : 0);
 
+// Whether the deterministic backward sums dQ in fixed point in the dK/dV pass, rather than in
+// a pass of its own (tg::cuda_sdpa_deterministic_dq()): "auto" for float32 rows of head dims
+// 65 to 128 alone, where the dQ pass's two recomputed products (three TF32 products each) cost
+// more than the 64-bit adds (on an H100, docs/PERFORMANCE.md, session 45: 13-17% faster
+// forward+backward there; at 64 and 256, and for 16-bit rows, the adds cost more).
+template <class S, int kD>
+bool fixed_point_dq() {
+  const std::string mode = cuda_sdpa_deterministic_dq();
+  return mode == "fixed" || (mode == "auto" && kTf32<S> && kD == 128);
+}
+
 }  // namespace
 
 template <class S>
@@ -415,8 +457,11 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
     with_slices<S, kD>(a, device, [&](auto slices) {
       constexpr int kM = decltype(slices)::value;
       const int64_t rows = a.B * a.Hq * a.Sq;
-      // dQ in a pass of its own (fixed order), or summed by the dK/dV pass (atomic adds).
-      const bool sum_dq = !cuda_sdpa_deterministic() && rows > 0;
+      // dQ in a pass of its own (fixed order), or summed by the dK/dV pass: in fixed point
+      // (deterministic), or in float (atomic adds in the blocks' order).
+      const bool deterministic = cuda_sdpa_deterministic();
+      const bool fixed = deterministic && rows > 0 && fixed_point_dq<S, kD>();
+      const bool sum_dq = (!deterministic && rows > 0) || fixed;
       const size_t smem =
           sum_dq ? smem_dkv<S, kD, true> : std::max(smem_dq<S, kD, kM>, smem_dkv<S, kD>);
       if (smem > static_cast<size_t>(optin)) return;
@@ -424,9 +469,18 @@ bool backward_typed(int device, const SdpaParams& p, const View& dout, const Sdp
       cudaStream_t s = enter(device);
       Scratch delta(std::max<int64_t>(rows, 1) * sizeof(float), device);
       a.delta = delta.as<float>();
-      Scratch dq_sum(sum_dq ? rows * a.Dqk * sizeof(float) : 1, device);
-      a.dq_sum = sum_dq ? dq_sum.as<float>() : nullptr;
+      Scratch dq_sum(sum_dq ? rows * a.Dqk * (fixed ? sizeof(uint64_t) : sizeof(float)) : 1,
+                     device);
+      a.dq_sum = sum_dq && !fixed ? dq_sum.as<float>() : nullptr;
+      a.dq_fixed = fixed ? dq_sum.as<unsigned long long>() : nullptr;
+      const int64_t bound_blocks = a.B * a.Hk * bound_chunks(a.Skv);
+      Scratch units(fixed ? rows * sizeof(float) : 1, device);
+      Scratch bounds(fixed ? 2 * bound_blocks * sizeof(float) : 1, device);
+      a.dq_unit = fixed ? units.as<float>() : nullptr;
+      a.kv_bounds = fixed ? bounds.as<float>() : nullptr;
       const bool plain = plain_only(a);
+      if (fixed && bound_blocks > 0)
+        launch<32>(kv_bounds_kernel<S>, bound_blocks, 0, s, "sdpa mma kv bounds kernel", a);
       if (rows) {
         launch(delta_kernel<S>, (rows + kWarps - 1) / kWarps, 0, s, "sdpa mma delta kernel", a);
         if (!sum_dq && !wgmma_backward_dq<S>(device, a, vec, s))

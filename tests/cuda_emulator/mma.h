@@ -147,6 +147,7 @@ inline void atomic_add2(float* p, float x, float y) {
   p[1] += y;
 }
 inline void atomic_add(float* p, float x) { *p += x; }
+inline void atomic_add_u64(unsigned long long* p, unsigned long long x) { *p += x; }
 
 // ex2.approx.ftz.f32: results below the smallest normal float are 0.
 inline float exp2_ftz(float x) {
