@@ -62,16 +62,16 @@ void set_cuda_sdpa_deterministic(bool on);
 // How the deterministic backward (cuda_sdpa_deterministic() true) sums dQ:
 //  "pass": in a pass of its own, as above;
 //  "fixed": in the dK/dV pass, each key block's share converted to a 64-bit integer count of
-//    a unit of the row's own (a power of two, 2^-61 of a bound on the row's dQ that K, V, dO
-//    and D give) and added with integer atomic adds. Integer sums do not depend on the order of
-//    their terms, so dQ is bitwise the same run to run, without the dQ pass's two recomputed
-//    products; its one rounding is the sum's conversion back to float (the pass rounds every
-//    add). A row whose inputs are not finite gives NaN throughout;
+//    a unit of the row's own (a power of two, 2^-61 to 2^-60 of a bound on the row's dQ that
+//    K, V, dO and D give) and added with integer atomic adds. Integer sums do not depend on
+//    the order of their terms, so dQ is bitwise the same run to run, without the dQ pass's two
+//    recomputed products; its one rounding is the sum's conversion back to float (the pass
+//    rounds every add). A row whose inputs are not finite gives NaN throughout;
 //  "auto" (the default): "fixed" for float32 rows of head dims 65 to 128, where the pass's
 //    two recomputed products (three TF32 products each) cost most: on an H100 forward+backward
 //    at B1 H8 S8192 D128 took 28.2 ms against 34.0 (docs/PERFORMANCE.md, session 45); else
-//    "pass": elsewhere the 64-bit adds cost more than the products they save (bf16 at D 128,
-//    5.8 ms against 2.4; float32 at D 64, 9.2 against 7.0).
+//    "pass": elsewhere the 64-bit adds cost more than the products they save (float32 at D 64,
+//    9.2 ms against 7.0, at D 256 34.0 against 30.1; bfloat16 at D 256, 3.9 against 3.15).
 // Until set, the environment variable TAPEGRAD_CUDA_SDPA_DETERMINISTIC_DQ ("auto", "pass" or
 // "fixed") decides, read on every call, else "auto". Anything else is an error.
 std::string cuda_sdpa_deterministic_dq();

@@ -1,9 +1,9 @@
 // The tensor-core SDPA's process-wide settings (cuda_api.h): tg::cuda_sdpa_warp_rows,
 // tg::cuda_sdpa_deterministic, tg::cuda_sdpa_deterministic_dq and tg::cuda_sdpa_wgmma, in every
-// build (a build without CUDA keeps
-// and checks them, and nothing reads them). Each is -1 until set, and
-// then the environment decides, read on every call.
+// build (a build without CUDA keeps and checks them, and nothing reads them). Each is -1 until
+// set, and then the environment decides, read on every call.
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>

@@ -256,8 +256,8 @@ TEST_CASE("sdpa on the tensor cores: dQ summed by the dK/dV pass, against the CP
 TEST_CASE("sdpa on the tensor cores: dQ summed in fixed point, against the CPU and run to run") {
   // cuda_sdpa_deterministic_dq() "fixed": each dK/dV block adds its keys' share of dQ as
   // integer counts of the row's unit. Every dtype and option; then many key blocks adding to the
-  // same rows at once (float32 at head dim 128, bfloat16 at 256, the shapes "auto" picks it
-  // for): dQ bitwise equal over two runs, dK and dV bitwise what the dQ pass gives.
+  // same rows at once (float32 at head dim 128, where "auto" picks it, and bfloat16 at 256): dQ
+  // bitwise equal over two runs, dK and dV bitwise what the dQ pass gives.
   TensorCores on(true);
   {
     const DeterministicDq fixed("fixed");
