@@ -66,7 +66,8 @@ void set_cuda_sdpa_deterministic(bool on);
 //    K, V, dO and D give) and added with integer atomic adds. Integer sums do not depend on
 //    the order of their terms, so dQ is bitwise the same run to run, without the dQ pass's two
 //    recomputed products; its one rounding is the sum's conversion back to float (the pass
-//    rounds every add). A row whose inputs are not finite gives NaN throughout;
+//    rounds every add). A row whose inputs are not finite gives NaN throughout. The sums take
+//    8 bytes of device memory per element of dQ while the backward runs (the pass none);
 //  "auto" (the default): "fixed" for float32 rows of head dims 65 to 128, where the pass's
 //    two recomputed products (three TF32 products each) cost most: on an H100 forward+backward
 //    at B1 H8 S8192 D128 took 28.2 ms against 34.0 (docs/PERFORMANCE.md, session 45); else

@@ -237,21 +237,7 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
     const int c0 = col0 + piece * kPiece;
     float acc[kPiece / 8][4] = {};
     warp_pv<S, kPiece, kKeys, kPitch<S, kD>>(ds, Ks + c0, acc);
-    if (a.dq_fixed) {
-#pragma unroll
-      for (int dt = 0; dt < kPiece / 8; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = first + frag_row(e);
-          const int d = c0 + frag_col(dt, e);
-          if (i < sq.rows_q && d < a.Dqk)
-            add_fixed(a.dq_fixed + (row_base + i) * a.Dqk + d, acc[dt][e], inverse[e / 2],
-                      a.dq_unit + row_base + i);
-        }
-      }
-      continue;
-    }
-    if (interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
+    if (!a.dq_fixed && interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
       // One add per pair of columns from two row bases.
       float* at = a.dq_sum + (row_base + first + frag_row(0)) * a.Dqk + c0 + frag_col(0, 0);
       const int64_t down = 8 * a.Dqk;  // row g + 8
@@ -262,14 +248,20 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
       }
       continue;
     }
+    // Element by element: in fixed point, or at a float tile's edges.
 #pragma unroll
     for (int dt = 0; dt < kPiece / 8; ++dt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = first + frag_row(e);
         const int d = c0 + frag_col(dt, e);
-        if (i < sq.rows_q && d < a.Dqk)
-          mma::atomic_add(a.dq_sum + (row_base + i) * a.Dqk + d, acc[dt][e]);
+        if (i >= sq.rows_q || d >= a.Dqk) continue;
+        const int64_t at = (row_base + i) * a.Dqk + d;
+        if (a.dq_fixed) {
+          add_fixed(a.dq_fixed + at, acc[dt][e], inverse[e / 2], a.dq_unit + row_base + i);
+        } else {
+          mma::atomic_add(a.dq_sum + at, acc[dt][e]);
+        }
       }
     }
   }
