@@ -237,7 +237,25 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
     const int c0 = col0 + piece * kPiece;
     float acc[kPiece / 8][4] = {};
     warp_pv<S, kPiece, kKeys, kPitch<S, kD>>(ds, Ks + c0, acc);
-    if (!a.dq_fixed && interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
+    // add(value, e, row, at) for each of the thread's values within the sequence's rows and
+    // dQ's columns, `at` its place in the sums.
+    const auto each = [&](auto add) {
+#pragma unroll
+      for (int dt = 0; dt < kPiece / 8; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = first + frag_row(e);
+          const int d = c0 + frag_col(dt, e);
+          if (i < sq.rows_q && d < a.Dqk)
+            add(acc[dt][e], e, row_base + i, (row_base + i) * a.Dqk + d);
+        }
+      }
+    };
+    if (a.dq_fixed) {
+      each([&](float v, int e, int64_t row, int64_t at) {
+        add_fixed(a.dq_fixed + at, v, inverse[e / 2], a.dq_unit + row);
+      });
+    } else if (interior_sums(first, sq.rows_q, c0 + kPiece, a.Dqk)) {
       // One add per pair of columns from two row bases.
       float* at = a.dq_sum + (row_base + first + frag_row(0)) * a.Dqk + c0 + frag_col(0, 0);
       const int64_t down = 8 * a.Dqk;  // row g + 8
@@ -246,23 +264,8 @@ __device__ __forceinline__ void add_dq(const Args<float, S>& a, const S* dS, con
         mma::atomic_add2(at + 8 * dt, acc[dt][0], acc[dt][1]);
         mma::atomic_add2(at + down + 8 * dt, acc[dt][2], acc[dt][3]);
       }
-      continue;
-    }
-    // Element by element: in fixed point, or at a float tile's edges.
-#pragma unroll
-    for (int dt = 0; dt < kPiece / 8; ++dt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = first + frag_row(e);
-        const int d = c0 + frag_col(dt, e);
-        if (i >= sq.rows_q || d >= a.Dqk) continue;
-        const int64_t at = (row_base + i) * a.Dqk + d;
-        if (a.dq_fixed) {
-          add_fixed(a.dq_fixed + at, acc[dt][e], inverse[e / 2], a.dq_unit + row_base + i);
-        } else {
-          mma::atomic_add(a.dq_sum + at, acc[dt][e]);
-        }
-      }
+    } else {
+      each([&](float v, int, int64_t, int64_t at) { mma::atomic_add(a.dq_sum + at, v); });
     }
   }
 }
