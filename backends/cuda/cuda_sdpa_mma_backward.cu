@@ -430,8 +430,9 @@ constexpr size_t smem_dkv = (2 * kKeys + 4 * kBackwardWalk<S, kD>)*kPitch<S, kD>
 // Whether the deterministic backward sums dQ in fixed point in the dK/dV pass, rather than in
 // a pass of its own (tg::cuda_sdpa_deterministic_dq()): "auto" for float32 rows of head dims
 // 65 to 128 alone, where the dQ pass's two recomputed products (three TF32 products each) cost
-// more than the 64-bit adds (on an H100, docs/PERFORMANCE.md, session 45: 13-17% faster
-// forward+backward there; at 64 and 256, and for 16-bit rows, the adds cost more).
+// more than the 64-bit adds (on an H100, docs/PERFORMANCE.md, session 45: forward+backward
+// 13-17% faster there, 7% causal with GQA; at 64 and 256, and for 16-bit rows, the adds cost
+// more).
 template <class S, int kD>
 bool fixed_point_dq() {
   const std::string mode = cuda_sdpa_deterministic_dq();
