@@ -10,7 +10,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "ops/op_util.h"
@@ -312,15 +311,20 @@ TEST_CASE(
   }
   // "auto" (the default): fixed point for float32 rows of head dims 65 to 128 alone.
   const DeterministicDq automatic("auto");
-  for (const auto& [dt, d, fixed_point] :
-       {std::tuple{kFloat32, 100, true}, {kFloat32, 64, false}, {kBFloat16, 100, false}}) {
-    INFO(std::string(dtype_name(dt)) << ", head dim " << d);
-    const Tensor x = tgtest::rnd({1, 1, 20, d}, 7).to(dt);
+  struct Case {
+    DType dt;
+    int64_t d;
+    bool fixed_point;
+  };
+  for (const Case& c :
+       {Case{kFloat32, 100, true}, {kFloat32, 64, false}, {kBFloat16, 100, false}}) {
+    INFO(std::string(dtype_name(c.dt)) << ", head dim " << c.d);
+    const Tensor x = tgtest::rnd({1, 1, 20, c.d}, 7).to(c.dt);
     cuda_emulator::clear_launches();
     run_emulated(x, x, x, x, SdpaOptions{});
     const auto& names = cuda_emulator::launched();
-    CHECK(std::count(names.begin(), names.end(), "sdpa mma kv bounds kernel") == fixed_point);
-    CHECK(std::count(names.begin(), names.end(), "sdpa mma backward dq kernel") == !fixed_point);
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma kv bounds kernel") == c.fixed_point);
+    CHECK(std::count(names.begin(), names.end(), "sdpa mma backward dq kernel") == !c.fixed_point);
   }
 }
 

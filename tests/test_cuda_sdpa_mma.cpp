@@ -270,7 +270,9 @@ TEST_CASE("sdpa on the tensor cores: dQ summed in fixed point, against the CPU a
       compare_config(c, dt, 17000 + static_cast<uint64_t>(n) * 10, rng);
     }
   }
-  for (const auto& [dt, d] : {std::pair{kFloat32, 128}, {kBFloat16, 256}}) {
+  for (const auto& [dtype, width] : {std::pair{kFloat32, 128}, {kBFloat16, 256}}) {
+    const DType dt = dtype;  // not a structured binding: INFO and the lambdas capture it
+    const int64_t d = width;
     INFO(std::string(dtype_name(dt)) << ", head dim " << d);
     const Tensor q = tgtest::rnd({2, 4, 700, d}, 1).to(dt).to(kCUDA);
     const Tensor k = tgtest::rnd({2, 2, 900, d}, 2).to(dt).to(kCUDA);
