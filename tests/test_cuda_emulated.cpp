@@ -6,6 +6,7 @@
 // order with copies landing at once. A result that changes reads shared memory another thread
 // writes (or a copy refills) without a barrier between.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -77,6 +78,21 @@ std::pair<SdpaResult, SdpaGrads> run_both_orders(const Tensor& q, const Tensor& 
   CHECK(bits(forward.second.dv) == bits(reverse.second.dv));
   CHECK(bits(forward.second.dmask) == bits(reverse.second.dmask));
   return forward;
+}
+
+// Configuration n of a random sweep against the CPU in both schedules: every option (head dim 7
+// where odd_dim: single adds), rows per warp alternating, the dtypes in turn, the seeds from
+// seed0. float32 tiles above head dim 128 exceed the shared memory (the GPU runs its SIMT
+// kernels there): bfloat16 instead.
+void compare_random(std::mt19937_64& rng, int n, const std::array<DType, 3>& dtypes, uint64_t seed0,
+                    bool odd_dim = false) {
+  Config c = random_config(rng);
+  if (odd_dim) c.Dqk = 7;
+  const WarpRows rows(n % 2 ? 32 : 16);
+  DType dt = dtypes[static_cast<size_t>(n % 3)];
+  if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
+  INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
+  compare_config(c, dt, seed0 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
 }
 
 }  // namespace
@@ -260,15 +276,7 @@ TEST_CASE(
 TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {
   const Wgmma mma_sync("off");  // the emulated device is an H100: the wgmma cases are below
   std::mt19937_64 rng(2031);
-  for (int n = 0; n < 24; ++n) {
-    const Config c = random_config(rng);
-    const WarpRows rows(n % 2 ? 32 : 16);
-    DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
-    // float32 tiles above head dim 128 exceed the shared memory (the GPU runs its SIMT kernels).
-    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
-    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
-    compare_config(c, dt, 13000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
-  }
+  for (int n = 0; n < 24; ++n) compare_random(rng, n, {kBFloat16, kFloat16, kFloat32}, 13000);
 }
 
 TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the CPU") {
@@ -278,15 +286,8 @@ TEST_CASE("emulated tensor-core sdpa: dQ summed by the dK/dV pass, against the C
   const Deterministic atomics(false);
   const Wgmma mma_sync("off");  // as the GPU picks for a summed dQ (the forward too, here)
   std::mt19937_64 rng(2032);
-  for (int n = 0; n < 6; ++n) {
-    Config c = random_config(rng);
-    if (n == 5) c.Dqk = 7;
-    const WarpRows rows(n % 2 ? 32 : 16);
-    DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
-    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
-    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
-    compare_config(c, dt, 14000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
-  }
+  for (int n = 0; n < 6; ++n)
+    compare_random(rng, n, {kBFloat16, kFloat16, kFloat32}, 14000, /*odd_dim=*/n == 5);
 }
 
 TEST_CASE(
@@ -297,14 +298,8 @@ TEST_CASE(
   const Wgmma mma_sync("off");
   std::mt19937_64 rng(2034);
   for (int n = 0; n < 6; ++n) {
-    Config c = random_config(rng);
-    if (n == 4) c.Dqk = 7;
-    const WarpRows rows(n % 2 ? 32 : 16);
-    DType dt = n % 3 == 0 ? kFloat32 : n % 3 == 1 ? kBFloat16 : kFloat16;
-    if (dt == kFloat32 && std::max(c.Dqk, c.Dv) > 128) dt = kBFloat16;
-    INFO("config " << n << " (" << std::string(dtype_name(dt)) << "): " << describe(c));
     cuda_emulator::clear_launches();
-    compare_config(c, dt, 16000 + static_cast<uint64_t>(n) * 10, rng, kCPU, run_both_orders);
+    compare_random(rng, n, {kFloat32, kBFloat16, kFloat16}, 16000, /*odd_dim=*/n == 4);
     const auto& names = cuda_emulator::launched();
     CHECK(std::count(names.begin(), names.end(), "sdpa mma kv bounds kernel") == 2);
     CHECK(std::count(names.begin(), names.end(), "sdpa mma backward dq kernel") == 0);

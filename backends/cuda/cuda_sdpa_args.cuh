@@ -147,21 +147,25 @@ __device__ __forceinline__ float score_grad(const Args<float, S>& a, int64_t b, 
 
 // D = rowsum(dO * O) of padded query row `row` of (B, Hq, Sq) into a.delta, by one warp (the
 // backward's first pass; rows past a ragged sequence's own are skipped); returns it to every
-// lane (0 for a skipped row).
+// lane (0 for a skipped row), and |dO|^2 of the row into *dout_sq where asked, in the same walk.
 template <class S>
-__device__ __forceinline__ float delta_row(const Args<float, S>& a, int64_t row, int lane) {
+__device__ __forceinline__ float delta_row(const Args<float, S>& a, int64_t row, int lane,
+                                           float* dout_sq = nullptr) {
   if (row >= a.B * a.Hq * a.Sq) return 0;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i >= sq.rows_q) return 0;
   if (a.dq_sum)  // the row's dQ sums start at 0 (the dK/dV pass adds to them)
     for (int64_t d = lane; d < a.Dqk; d += 32) a.dq_sum[row * a.Dqk + d] = 0;
-  float acc = 0;
-  for (int64_t d = lane; d < a.Dv; d += 32)
-    acc += static_cast<float>(a.dout[at4(a.dos, b, h, sq.q0 + i, d)]) *
-           static_cast<float>(a.o[at4(a.os, b, h, sq.q0 + i, d)]);
+  float acc = 0, sq_sum = 0;
+  for (int64_t d = lane; d < a.Dv; d += 32) {
+    const float x = static_cast<float>(a.dout[at4(a.dos, b, h, sq.q0 + i, d)]);
+    acc += x * static_cast<float>(a.o[at4(a.os, b, h, sq.q0 + i, d)]);
+    if (dout_sq) sq_sum += x * x;
+  }
   acc = warp_sum(acc);
   if (lane == 0) a.delta[row] = acc;
+  if (dout_sq) *dout_sq = warp_sum(sq_sum);
   return acc;
 }
 

@@ -73,22 +73,17 @@ __device__ __forceinline__ float fixed_unit(double bound) {
   return ldexpf(1.0f, e < -126 ? -126 : e > 126 ? 126 : e);
 }
 
-// The delta pass's part for padded query row `row` (one warp, D_i its delta): zeroes its sums
-// and sets its unit.
+// The delta pass's part for padded query row `row` (one warp; D_i its delta, dout_sq |dO_i|^2,
+// both from delta_row): zeroes its sums and sets its unit.
 template <class S>
 __device__ __forceinline__ void fixed_row_start(const Args<float, S>& a, int64_t row, int lane,
-                                                float delta) {
+                                                float delta, float dout_sq) {
   if (row >= a.B * a.Hq * a.Sq) return;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const SdpaSequence sq = a.seq(b);
   if (i >= sq.rows_q) return;
   for (int64_t d = lane; d < a.Dqk; d += 32) a.dq_fixed[row * a.Dqk + d] = 0;
-  float dout2 = 0;
-  for (int64_t d = lane; d < a.Dv; d += 32) {
-    const float x = static_cast<float>(a.dout[at4(a.dos, b, h, sq.q0 + i, d)]);
-    dout2 += x * x;
-  }
-  const float dout_norm = sqrtf(warp_sum(dout2));
+  const float dout_norm = sqrtf(dout_sq);
   const int64_t chunks = bound_chunks(a.Skv);
   const float* bounds = a.kv_bounds + 2 * (b * a.Hk + h / (a.Hq / a.Hk)) * chunks;
   float v_max = 0, k_max = 0;

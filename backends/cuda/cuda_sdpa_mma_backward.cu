@@ -14,8 +14,9 @@ template <class S>
 __global__ void delta_kernel(Args<float, S> a) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const float delta = delta_row(a, row, lane);
-  if (a.dq_fixed) fixed_row_start(a, row, lane, delta);
+  float dout_sq = 0;
+  const float delta = delta_row(a, row, lane, a.dq_fixed ? &dout_sq : nullptr);
+  if (a.dq_fixed) fixed_row_start(a, row, lane, delta, dout_sq);
 }
 
 // Under plain() options without dropout (the most common call) a backward tile runs no
