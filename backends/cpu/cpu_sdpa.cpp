@@ -100,19 +100,54 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
 }
 
-// Forward task `task` (query tiles in (batch, query head, tile) order): where its rows are.
+// How the forward tiles the query rows. Usually a tile is kBr rows of one query head, and the
+// tiles of a key/value head share one packing of its K^T and V. When a head's query rows fit
+// one tile (decoding: one or a few rows a head), a tile stacks the rows of as many heads of the
+// group as fit, head after head, so that K and V are read once for all of them, and K^T and V
+// are packed a key block at a time into buffers that stay in this core's L2: each kv head is
+// read by one tile or a few (fewer heads a tile when threads would go without one), and packing
+// whole heads wrote every key and value out and read it back through memory (decoding on two
+// Zen 3 cores, (8, 32, 1, 128) queries against 2048 keys: most of the time went there;
+// docs/PERFORMANCE.md). A few tiles each packing the same block cost a transpose of K per tile,
+// against 2 Sq Dqk flops per key of products (with Sq up to kBr / heads... a few percent).
+struct ForwardTiling {
+  int64_t heads = 1;      // query heads stacked in a tile
+  int64_t q_tiles = 1;    // tiles a head's rows take (1 when heads > 1)
+  bool by_block = false;  // K^T and V packed a key block at a time
+  int64_t tasks = 0;
+};
+inline ForwardTiling forward_tiling(const SdpaParams& p, int64_t threads) {
+  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk, Sq = p.len_q();
+  ForwardTiling t;
+  t.q_tiles = (Sq + kBr - 1) / kBr;
+  if (Sq <= kBr) {
+    // The most heads a tile holds, fewer while that leaves threads without a task: G / c for the
+    // smallest divisor c of G that gives every thread one (or the most heads that fit).
+    for (int64_t c = 1; c <= G; ++c) {
+      if (G % c != 0 || (G / c) * Sq > kBr) continue;
+      t.heads = G / c;
+      if (B * Hk * c >= threads) break;
+    }
+    t.by_block = true;
+  }
+  t.tasks = B * Hq / t.heads * t.q_tiles;
+  return t;
+}
+
+// Forward task `task` (tiles in (batch, first query head, tile) order): where its rows are.
 struct ForwardTile {
-  int64_t b, h, hk, i0, rows;  // rows <= 0 past a ragged sequence's end
+  int64_t b, h, hk, i0, rows;  // rows of each of the tile's heads, h the first; <= 0 past a
+                               // ragged sequence's end
   SdpaSequence seq;
   const int64_t* kv_at;  // paged: the sequence's key/value rows (load_rows' `at`), else null
 };
-inline ForwardTile forward_tile(const SdpaParams& p, int64_t task, int64_t q_tiles) {
-  const int64_t Hq = p.heads_q(), G = Hq / p.heads_kv();
+inline ForwardTile forward_tile(const SdpaParams& p, const ForwardTiling& t, int64_t task) {
+  const int64_t Hq = p.heads_q(), G = Hq / p.heads_kv(), groups = Hq / t.heads;
   ForwardTile f{};
-  f.b = task / (Hq * q_tiles);
-  f.h = (task / q_tiles) % Hq;
+  f.b = task / (groups * t.q_tiles);
+  f.h = (task / t.q_tiles) % groups * t.heads;
   f.hk = f.h / G;
-  f.i0 = (task % q_tiles) * kBr;
+  f.i0 = (task % t.q_tiles) * kBr;
   f.seq = sdpa_sequence(p, f.b);
   f.rows = std::min(kBr, f.seq.rows_q - f.i0);
   f.kv_at = p.kv_rows.data ? static_cast<const int64_t*>(p.kv_rows.data) + f.seq.kv0 : nullptr;
@@ -121,28 +156,31 @@ inline ForwardTile forward_tile(const SdpaParams& p, int64_t task, int64_t q_til
 
 template <class T>
 void forward_typed(const SdpaParams& p) {
-  const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv();
-  const int64_t Sq = p.len_q(), Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
+  const int64_t Hk = p.heads_kv();
+  const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   constexpr int64_t W = simd::kLanes<T>;
   const int64_t dv_p = packed_stride<T>(Dv);
-  const int64_t kt_size = Dqk * round_to_lanes<T>(Skv), v_size = Skv * dv_p;
-  // Tasks are query tiles in (batch, query head, tile) order, so the tiles of a key/value head
+  const ForwardTiling tiling = forward_tiling(p, get_num_threads());
+  const int64_t nh = tiling.heads;
+  // K^T and V of a whole head, or of one key block.
+  const int64_t packed_keys = tiling.by_block ? kBc : Skv;
+  const int64_t kt_size = Dqk * round_to_lanes<T>(packed_keys), v_size = packed_keys * dv_p;
+  // Tasks are tiles in (batch, query head, tile) order, so the tiles of a key/value head
   // follow each other. Each thread walks a contiguous share of about equal cost (the keys its
   // tiles see), stealing the second half of another's share when its own runs out
   // (TaskShares), and packs K^T and V of a head into its own buffer when its tiles reach it:
   // the packed head is then read by all those tiles from this core's L2, where a pass packing
   // every head up front left them in memory (forward at (4, 8, 256, 64) on a Zen 4 core: about
   // 10% slower).
-  const int64_t q_tiles = (Sq + kBr - 1) / kBr;
-  CostPrefix cost(B * Hq * q_tiles);
-  for (int64_t task = 0; task < B * Hq * q_tiles; ++task) {
-    const ForwardTile tile = forward_tile(p, task, q_tiles);
+  CostPrefix cost(tiling.tasks);
+  for (int64_t task = 0; task < tiling.tasks; ++task) {
+    const ForwardTile tile = forward_tile(p, tiling, task);
     if (tile.rows <= 0) {
       cost.add(0);
       continue;
     }
     const KeyRange kr = key_range(p, tile.seq, tile.i0, tile.rows);
-    cost.add(tile.rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
+    cost.add(nh * tile.rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
   }
   const T ninf = -std::numeric_limits<T>::infinity(), scale = static_cast<T>(p.scale);
   TaskShares shares(cost);
@@ -157,11 +195,12 @@ void forward_typed(const SdpaParams& p) {
     T* vp = kt + kt_size;
     int64_t packed_head = -1;  // (batch, kv head) now in kt, vp
     for (int64_t task = shares.next(); task >= 0; task = shares.next()) {
-      const ForwardTile tile = forward_tile(p, task, q_tiles);
+      const ForwardTile tile = forward_tile(p, tiling, task);
       const int64_t b = tile.b, h = tile.h, i0 = tile.i0, rows = tile.rows;
       const SdpaSequence& seq = tile.seq;
       if (rows <= 0) continue;  // past a ragged sequence's end
-      if (b * Hk + tile.hk != packed_head) {
+      const int64_t R = nh * rows;  // the tile's rows: head h's, then h + 1's, ...
+      if (!tiling.by_block && b * Hk + tile.hk != packed_head) {
         packed_head = b * Hk + tile.hk;
         // Ragged: each head holds its own sequence's rows; paged: rows read in place.
         load_transposed_panels(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, tile.kv_at);
@@ -172,18 +211,21 @@ void forward_typed(const SdpaParams& p) {
       // from L2 rather than L3 or memory (AVX-512 code on a Zen 5 core: forward at (4, 8, 256,
       // 64) 1.5-3% faster; AVX2 code there: no change).
       const int64_t after = shares.peek();
-      const ForwardTile next = after >= 0 ? forward_tile(p, after, q_tiles) : ForwardTile{};
-      const bool next_head = after >= 0 && next.b * Hk + next.hk != packed_head;
+      const ForwardTile next = after >= 0 ? forward_tile(p, tiling, after) : ForwardTile{};
+      const bool next_head =
+          after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
-      std::fill(acc, acc + rows * dv_p, T(0));
+      std::fill(acc, acc + R * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
-      load_rows(p.q, b, h, seq.q0 + i0, rows, qt, Dqk);
-      for (int64_t x = 0; x < rows * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
+      for (int64_t g = 0; g < nh; ++g)
+        load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * Dqk, Dqk);
+      for (int64_t x = 0; x < R * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
       const int64_t jfirst = first_key<T>(kr.lo);
       const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
       for (int64_t t = 0; t < blocks; ++t) {
-        prefetch_rows(p.q, next.b, next.h, next.seq.q0 + next.i0, next.rows, t, blocks);
+        for (int64_t g = 0; g < nh; ++g)
+          prefetch_rows(p.q, next.b, next.h + g, next.seq.q0 + next.i0, next.rows, t, blocks);
         if (next_head) {
           prefetch_rows(p.k, next.b, next.hk, next.seq.kv0, next.seq.rows_kv, t, blocks,
                         next.kv_at);
@@ -192,21 +234,39 @@ void forward_typed(const SdpaParams& p) {
         }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        tile_gemm_panels(rows, cp, Dqk, qt, Dqk, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
-        finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, static_cast<T*>(nullptr));
-        online_softmax(s, kLd, rows, cols, cp, m, l, alpha);
-        if (p.dropout_p > 0) apply_dropout(p, s, kLd, b, h, i0, rows, j0, cols);
+        const T *ktb = kt + j0 * Dqk, *vb = vp + j0 * dv_p;
+        if (tiling.by_block) {
+          const int64_t* at = tile.kv_at ? tile.kv_at + j0 : nullptr;
+          load_transposed_panels(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, at);
+          load_rows(p.v, b, tile.hk, seq.kv0 + j0, cols, vp, dv_p, at);
+          ktb = kt;
+          vb = vp;
+        }
+        tile_gemm_panels(R, cp, Dqk, qt, Dqk, 1, ktb, Dqk * W, s, kLd, false);
+        for (int64_t g = 0; g < nh; ++g)
+          finish_scores(p, seq, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols,
+                        static_cast<T*>(nullptr));
+        online_softmax(s, kLd, R, cols, cp, m, l, alpha);
+        if (p.dropout_p > 0) {
+          for (int64_t g = 0; g < nh; ++g)
+            apply_dropout(p, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols);
+        }
         // O = alpha O + P V
-        tile_gemm(rows, dv_p, cols, s, kLd, 1, vp + j0 * dv_p, dv_p, acc, dv_p, true, alpha);
+        tile_gemm(R, dv_p, cols, s, kLd, 1, vb, dv_p, acc, dv_p, true, alpha);
       }
-      T* stats = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t r = 0; r < R; ++r) {
         const bool any = l[r] > T(0);
-        stats[r * p.stats.strides[2]] = any ? m[r] + std::log(l[r]) : ninf;
         const T inv = any ? T(1) / l[r] : T(0);
         for (int64_t c = 0; c < dv_p; ++c) acc[r * dv_p + c] *= inv;
       }
-      store_rows(p.out, b, h, seq.q0 + i0, rows, acc, dv_p, T(1));
+      for (int64_t g = 0; g < nh; ++g) {
+        T* stats = sdpa_stats_at<T>(p.stats, b, h + g, seq.q0 + i0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t x = g * rows + r;
+          stats[r * p.stats.strides[2]] = l[x] > T(0) ? m[x] + std::log(l[x]) : ninf;
+        }
+        store_rows(p.out, b, h + g, seq.q0 + i0, rows, acc + g * rows * dv_p, dv_p, T(1));
+      }
     }
   }
 }
