@@ -113,9 +113,12 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
 struct ForwardTiling {
   int64_t heads = 1;      // query heads stacked in a tile
   int64_t q_tiles = 1;    // tiles a head's rows take (1 when heads > 1)
-  bool by_block = false;  // K^T and V packed a key block at a time
+  bool by_block = false;  // K and V read a key block at a time
   int64_t tasks = 0;
 };
+// Tiles of up to this many rows take their scores as dot products of K's rows (tile_dots), the
+// rest from K^T packed in panels (tile_gemm_panels).
+constexpr int64_t kDotRows = 8;
 inline ForwardTiling forward_tiling(const SdpaParams& p, int64_t threads) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk, Sq = p.len_q();
   ForwardTiling t;
@@ -159,12 +162,14 @@ void forward_typed(const SdpaParams& p) {
   const int64_t Hk = p.heads_kv();
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   constexpr int64_t W = simd::kLanes<T>;
-  const int64_t dv_p = packed_stride<T>(Dv);
+  const int64_t dv_p = packed_stride<T>(Dv), dv_n = round_to_lanes<T>(Dv);
+  const int64_t dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
   const ForwardTiling tiling = forward_tiling(p, get_num_threads());
   const int64_t nh = tiling.heads;
-  // K^T and V of a whole head, or of one key block.
+  // K^T (or K's rows, for tile_dots) and V of a whole head, or of one key block.
   const int64_t packed_keys = tiling.by_block ? kBc : Skv;
-  const int64_t kt_size = Dqk * round_to_lanes<T>(packed_keys), v_size = packed_keys * dv_p;
+  const int64_t kt_size = std::max(Dqk, dq_p) * round_to_lanes<T>(packed_keys);
+  const int64_t v_size = packed_keys * dv_p;
   // Tasks are tiles in (batch, query head, tile) order, so the tiles of a key/value head
   // follow each other. Each thread walks a contiguous share of about equal cost (the keys its
   // tiles see), stealing the second half of another's share when its own runs out
@@ -187,8 +192,8 @@ void forward_typed(const SdpaParams& p) {
 #pragma omp parallel
   {
     Buffer<T> buf, packed;
-    T* qt = buf.get(kBr * Dqk + kBr * kLd + kBr * dv_p + 3 * kBr);
-    T* s = qt + kBr * Dqk;
+    T* qt = buf.get(kBr * dq_n + kBr * kLd + kBr * dv_p + 3 * kBr);
+    T* s = qt + kBr * dq_n;
     T* acc = s + kBr * kLd;
     T *m = acc + kBr * dv_p, *l = m + kBr, *alpha = l + kBr;
     T* kt = packed.get(kt_size + v_size);
@@ -218,9 +223,9 @@ void forward_typed(const SdpaParams& p) {
       std::fill(l, l + kBr, T(0));
       std::fill(acc, acc + R * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
-      for (int64_t g = 0; g < nh; ++g)
-        load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * Dqk, Dqk);
-      for (int64_t x = 0; x < R * Dqk; ++x) qt[x] *= scale;  // scores come out scaled
+      for (int64_t g = 0; g < nh; ++g)  // rows of whole vectors: tile_dots reads them so
+        load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);
+      for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= scale;  // scores come out scaled
       const int64_t jfirst = first_key<T>(kr.lo);
       const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
       for (int64_t t = 0; t < blocks; ++t) {
@@ -234,15 +239,35 @@ void forward_typed(const SdpaParams& p) {
         }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        const T *ktb = kt + j0 * Dqk, *vb = vp + j0 * dv_p;
-        if (tiling.by_block) {
+        const T* vb = vp + j0 * dv_p;
+        int64_t ldv = dv_p;
+        if (!tiling.by_block) {
+          tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
+        } else {
+          // The block's keys and values, where they lie when the products can read them there
+          // (each is read once a tile), else copied to rows of whole vectors.
           const int64_t* at = tile.kv_at ? tile.kv_at + j0 : nullptr;
-          load_transposed_panels(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, at);
-          load_rows(p.v, b, tile.hk, seq.kv0 + j0, cols, vp, dv_p, at);
-          ktb = kt;
-          vb = vp;
+          if (R <= kDotRows) {
+            const T* kb = rows_in_place<T>(p.k, b, tile.hk, seq.kv0 + j0, at);
+            int64_t ldk = p.k.strides[2];
+            if (!kb) {
+              load_rows(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, dq_p, at);
+              kb = kt;
+              ldk = dq_p;
+            }
+            tile_dots(R, cols, dq_n, qt, dq_n, kb, ldk, s, kLd);
+          } else {
+            load_transposed_panels(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, at);
+            tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt, Dqk * W, s, kLd, false);
+          }
+          vb = rows_in_place<T>(p.v, b, tile.hk, seq.kv0 + j0, at);
+          ldv = p.v.strides[2];
+          if (!vb) {
+            load_rows(p.v, b, tile.hk, seq.kv0 + j0, cols, vp, dv_p, at);
+            vb = vp;
+            ldv = dv_p;
+          }
         }
-        tile_gemm_panels(R, cp, Dqk, qt, Dqk, 1, ktb, Dqk * W, s, kLd, false);
         for (int64_t g = 0; g < nh; ++g)
           finish_scores(p, seq, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols,
                         static_cast<T*>(nullptr));
@@ -252,12 +277,12 @@ void forward_typed(const SdpaParams& p) {
             apply_dropout(p, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols);
         }
         // O = alpha O + P V
-        tile_gemm(R, dv_p, cols, s, kLd, 1, vb, dv_p, acc, dv_p, true, alpha);
+        tile_gemm(R, dv_n, cols, s, kLd, 1, vb, ldv, acc, dv_p, true, alpha);
       }
       for (int64_t r = 0; r < R; ++r) {
         const bool any = l[r] > T(0);
         const T inv = any ? T(1) / l[r] : T(0);
-        for (int64_t c = 0; c < dv_p; ++c) acc[r * dv_p + c] *= inv;
+        for (int64_t c = 0; c < dv_n; ++c) acc[r * dv_p + c] *= inv;
       }
       for (int64_t g = 0; g < nh; ++g) {
         T* stats = sdpa_stats_at<T>(p.stats, b, h + g, seq.q0 + i0);

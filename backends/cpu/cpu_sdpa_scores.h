@@ -67,6 +67,17 @@ void load_rows_as(const View& v, int64_t b, int64_t h, int64_t row0, int64_t row
   });
 }
 
+// Rows [row0, ...) of the (b, h) matrix of v where they lie, for a tile product to read in place
+// (row stride v.strides[2]): when its elements are T, a row's are adjacent and fill whole
+// vectors, and rows are at one stride (`at` null: not paged). Null otherwise.
+template <class T>
+const T* rows_in_place(const View& v, int64_t b, int64_t h, int64_t row0, const int64_t* at) {
+  const DType own = sizeof(T) == 4 ? kFloat32 : kFloat64;
+  if (at || v.dtype != own || v.strides[3] != 1 || v.sizes[3] % simd::kLanes<T> != 0)
+    return nullptr;
+  return static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * v.strides[2];
+}
+
 // rows x width block of a (B, H, S, D) view at (b, h, row0) into a row-major buffer with row
 // stride ld >= width; columns [width, ld) are zeroed (the tile products read whole vectors).
 // With `at` (the paged layout's SdpaParams::kv_rows), row r is row at[r] instead of row0 + r.

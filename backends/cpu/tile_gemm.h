@@ -96,6 +96,28 @@ constexpr std::array<Panel<T>, sizeof...(I)> make_panels(std::index_sequence<I..
 template <class T>
 inline constexpr auto panels = make_panels<T>(std::make_index_sequence<kVecs>{});
 
+// A product of one or two rows (a decoding step's scores and output) runs in wider panels: a
+// 1 x 2-vector micro-tile is two chains of dependent FMAs, where the FMA units overlap eight (two
+// pipes of four cycles' latency on Zen 3), and each step waits on the one before. With MR rows
+// the panel holds MR x kFewRowsVecs<MR> accumulators, within the registers left beside a
+// vector of B a step.
+template <int MR>
+inline constexpr int kFewRowsVecs = MR == 1 ? 8 : (simd::kRegisters >= 32 ? 8 : 4);
+template <class T, int MR, int NV>
+void few_rows_panel(int64_t, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
+                    int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate,
+                    const T* row_scale) {
+  micro<T, MR, NV>(k, a, am, ak, b, ldb, bv, c, ldc, accumulate, row_scale);
+}
+template <class T, int MR, size_t... I>
+constexpr std::array<Panel<T>, sizeof...(I)> make_few_rows_panels(std::index_sequence<I...>) {
+  return {&few_rows_panel<T, MR, static_cast<int>(I) + 1>...};
+}
+// few_rows_panels<T, MR>[vecs - 1]: MR rows, a panel vecs vectors wide.
+template <class T, int MR>
+inline constexpr auto few_rows_panels =
+    make_few_rows_panels<T, MR>(std::make_index_sequence<kFewRowsVecs<MR>>{});
+
 }  // namespace tile_detail
 
 // Columns are counted in whole vectors: a tile's width is rounded up to this.
@@ -124,6 +146,15 @@ template <class T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
                int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
   constexpr int64_t W = simd::kLanes<T>;
+  if (m <= 2) {
+    const int64_t wide = m == 1 ? kFewRowsVecs<1> : kFewRowsVecs<2>;
+    for (int64_t n0 = 0; n0 < n; n0 += wide * W) {
+      const int64_t nv = std::min<int64_t>(wide, (n - n0) / W);
+      const Panel<T> f = m == 1 ? few_rows_panels<T, 1>[nv - 1] : few_rows_panels<T, 2>[nv - 1];
+      f(m, k, a, am, ak, b + n0 / W * bv, ldb, bv, c + n0, ldc, accumulate, row_scale);
+    }
+    return;
+  }
   for (int64_t n0 = 0; n0 < n; n0 += kVecs * W) {
     const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
     panels<T>[nv - 1](m, k, a, am, ak, b + n0 / W * bv, ldb, bv, c + n0, ldc, accumulate,
@@ -157,6 +188,76 @@ void tile_gemm_panels(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, i
                       const T* row_scale = nullptr) {
   tile_detail::tile_gemm(m, n, k, a, am, ak, b, simd::kLanes<T>, panel, c, ldc, accumulate,
                          row_scale);
+}
+
+namespace tile_detail {
+// Lane l of fold<BS>(a, b): in each block of 2 BS lanes, the first BS lanes hold a's block folded
+// in half (lane w: a[w] + a[w + BS]), the last BS lanes b's.
+constexpr int fold_lo(int l, int bs, int w) {
+  const int base = l / (2 * bs) * 2 * bs, i = l % (2 * bs);
+  return i < bs ? base + i : w + base + i - bs;
+}
+constexpr int fold_hi(int l, int bs, int w) {
+  const int base = l / (2 * bs) * 2 * bs, i = l % (2 * bs);
+  return i < bs ? base + bs + i : w + base + i;
+}
+template <int BS, class V, size_t... L>
+[[gnu::always_inline]] inline V fold(V a, V b, std::index_sequence<L...>) {
+  constexpr int w = sizeof...(L);
+  return __builtin_shufflevector(a, b, fold_lo(L, BS, w)...) +
+         __builtin_shufflevector(a, b, fold_hi(L, BS, w)...);
+}
+// v[0] = the lane sums of v[0 .. n): lane l the sum of v[bit_reverse(l)]'s lanes (n = W vectors,
+// folded pairwise in log2(W) rounds).
+template <class T, int BS>
+[[gnu::always_inline]] inline void fold_all(simd::Vec<T>* v, int n) {
+  for (int i = 0; i < n / 2; ++i)
+    v[i] = fold<BS>(v[2 * i], v[2 * i + 1], std::make_index_sequence<simd::kLanes<T>>{});
+  if constexpr (BS > 1) fold_all<T, BS / 2>(v, n / 2);
+}
+constexpr int bit_reverse(int j, int w) {
+  int r = 0;
+  for (int bit = 1; bit < w; bit <<= 1) r = (r << 1) | ((j & bit) ? 1 : 0);
+  return r;
+}
+}  // namespace tile_detail
+
+// C (m x n, row stride ldc) = A B^T for tiles of few rows: C(i, j) = row i of A (row stride lda)
+// dotted with row j of B (row stride ldb), k elements each, k a multiple of kLanes<T>. A
+// decoding step's scores, one or a few query rows against a block of keys, read K's rows where
+// they lie: as tile_gemm's B, K^T would take a transpose of every key (more time than the
+// products it feeds when each key meets one query row). W keys at a time, each a chain of
+// k / W FMAs, their W partial vectors reduced together by shuffles. C's columns [n,
+// round_to_lanes(n)) are written 0; B's rows past n are not read.
+template <class T>
+void tile_dots(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+               T* c, int64_t ldc) {
+  using V = simd::Vec<T>;
+  constexpr int W = simd::kLanes<T>;
+  for (int64_t j0 = 0; j0 < n; j0 += W) {
+    const int keys = static_cast<int>(std::min<int64_t>(W, n - j0));
+    const T* bj = b + j0 * ldb;
+    for (int64_t i = 0; i < m; ++i) {
+      const T* ai = a + i * lda;
+      V part[W] = {};
+      if (keys == W) {
+        for (int64_t x = 0; x < k; x += W) {
+          const V av = simd::load(ai + x);
+#pragma GCC unroll 16
+          for (int j = 0; j < W; ++j)
+            part[tile_detail::bit_reverse(j, W)] += av * simd::load(bj + j * ldb + x);
+        }
+      } else {
+        for (int64_t x = 0; x < k; x += W) {
+          const V av = simd::load(ai + x);
+          for (int j = 0; j < keys; ++j)
+            part[tile_detail::bit_reverse(j, W)] += av * simd::load(bj + j * ldb + x);
+        }
+      }
+      tile_detail::fold_all<T, W / 2>(part, W);
+      simd::store(c + i * ldc + j0, part[0]);
+    }
+  }
 }
 
 }  // namespace tg::cpu
