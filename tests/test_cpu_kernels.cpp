@@ -1,7 +1,7 @@
 // The CPU's SIMD building blocks against simple references: the scalar and vector exps
 // (scalar_ops.h, simd.h) over their float32 ranges, and the register-blocked tile product
 // (tile_gemm.h) over every micro-tile shape, both operand layouts, accumulation and row scaling,
-// float32 and float64; the threads' cost-balanced task shares (cost_split.h) and the bulk Philox
+// float32 and float64, and the dot products of few-row tiles (tile_dots); the threads' cost-balanced task shares (cost_split.h) and the bulk Philox
 // uniforms (philox_fill.h) against the one-position-at-a-time stream.
 #include <algorithm>
 #include <cmath>
@@ -95,9 +95,10 @@ TEST_CASE("simd::exp_nonpositive: within 1.35 ulp on [-87.3, 0], exactly 0 below
 template <class T>
 void check_tile_gemm(double tol) {
   constexpr int64_t W = simd::kLanes<T>;
-  // Shapes that cover every rows remainder of the 6-row micro-tile and every vector count.
-  for (int64_t m : {1, 5, 6, 7, 13}) {
-    for (int64_t n : {W, 2 * W, 3 * W, 5 * W}) {
+  // Shapes that cover every rows remainder of the 6-row micro-tile and every vector count, and
+  // the wide panels of one- and two-row products (up to 8 vectors, then the rest).
+  for (int64_t m : {1, 2, 5, 6, 7, 13}) {
+    for (int64_t n : {W, 2 * W, 3 * W, 5 * W, 9 * W}) {
       for (int64_t k : {0, 1, 9, 33}) {
         for (bool transposed : {false, true}) {
           for (bool accumulate : {false, true}) {
@@ -143,6 +144,37 @@ TEST_CASE(
     "accumulate, scale") {
   check_tile_gemm<float>(2e-5);
   check_tile_gemm<double>(1e-12);
+}
+
+template <class T>
+void check_tile_dots(double tol) {
+  constexpr int64_t W = simd::kLanes<T>;
+  for (int64_t m : {1, 3, 9}) {
+    for (int64_t n : {int64_t{1}, W - 1, W, 2 * W + 3}) {
+      for (int64_t k : {W, 3 * W}) {
+        const int64_t lda = k + 5, ldb = k + 3, ldc = n + 2 * W;
+        // B has exactly n rows (with its stride): tile_dots must not read past them.
+        std::vector<T> a(m * lda), b((n - 1) * ldb + k), c(m * ldc, T(7));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = T(std::sin(0.37 * i));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = T(std::cos(0.11 * i));
+        tile_dots<T>(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+        INFO("m=" << m << " n=" << n << " k=" << k);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < round_to_lanes<T>(n); ++j) {
+            double want = 0;
+            for (int64_t p = 0; j < n && p < k; ++p) want += double(a[i * lda + p]) * b[j * ldb + p];
+            CHECK(std::abs(c[i * ldc + j] - want) <= tol);  // 0 past n
+          }
+          for (int64_t j = round_to_lanes<T>(n); j < ldc; ++j) CHECK(c[i * ldc + j] == T(7));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tile_dots against a double loop: partial key groups, k of one vector or three") {
+  check_tile_dots<float>(2e-5);
+  check_tile_dots<double>(1e-12);
 }
 
 TEST_CASE("task_share: contiguous shares that cover every task once, balanced by cost") {
