@@ -1,10 +1,12 @@
 // SDPA benchmark: forward and forward+backward of tg::sdpa against tg::sdpa_reference (the
 // same function composed from primitive ops), then peak memory at long sequences.
 //
-//   bench_sdpa [threads] [cpu|cuda|memory|options] [--precision fp32|bf16|fp16]   (or --device
-//   cuda)
+//   bench_sdpa [threads] [cpu|cuda|memory|options|decode] [--precision fp32|bf16|fp16]   (or
+//   --device cuda)
 // options: the CPU at (4, 8, 256, 64) with one option of DESIGN §4 at a time (window 64 with
 // causal, ALiBi, softcap 30, dropout 0.1, a float mask, a bool mask), beside the plain case.
+// decode: the CPU's forward alone (no gradient) for one or four query rows a head against a long
+// cache of keys, as a decoding step runs it, with the rate at which it reads K and V.
 // On CUDA: the shapes of the SDPA-on-CUDA and tensor-core issues (GQA and head dim 256
 // among them), each timed run ending with a device sync. --precision sets q, k, v's dtype;
 // on CUDA, 16-bit inputs run on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0: the float32
@@ -13,7 +15,8 @@
 // profile one shape's kernels with Nsight Compute).
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
-// and, for the memory cases, "mem S tensor_peak_MiB rss_growth_MiB".
+// for the memory cases "mem S tensor_peak_MiB rss_growth_MiB", for the decoding ones
+// "decode name fwd_ms kv_GB/s" (name decode_B<b>_Hq<hq>_Hk<hk>_Sq<sq>_Skv<skv>_D<d>).
 // bench/compare_sdpa_torch.py runs this beside PyTorch's scaled_dot_product_attention.
 #include <sys/resource.h>
 
@@ -113,6 +116,30 @@ void run_case(const Case& c) {
   std::fflush(stdout);
 }
 
+// A decoding step's attention: Sq query rows a head against Skv cached keys, forward only.
+void run_decode(int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Skv, int64_t D) {
+  const std::string name = "decode_B" + std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hk" +
+                           std::to_string(Hk) + "_Sq" + std::to_string(Sq) + "_Skv" +
+                           std::to_string(Skv) + "_D" + std::to_string(D);
+  if (const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
+      only && name.find(only) == std::string::npos)
+    return;
+  tg::Generator gen{3, 0};
+  tg::Tensor q = tg::randn({B, Hq, Sq, D}, gen).to(g_dtype);
+  tg::Tensor k = tg::randn({B, Hk, Skv, D}, gen).to(g_dtype);
+  tg::Tensor v = tg::randn({B, Hk, Skv, D}, gen).to(g_dtype);
+  const tg::SdpaOptions o;
+  const double ms = time_ms(
+      [&] {
+        tg::NoGradGuard ng;
+        tg::sdpa(q, k, v, o);
+      },
+      20);
+  const double kv_bytes = 2.0 * B * Hk * Skv * D * static_cast<double>(tg::dtype_size(g_dtype));
+  std::printf("decode\t%s\t%.3f\t%.1f\n", name.c_str(), ms, kv_bytes / ms * 1e-6);
+  std::fflush(stdout);
+}
+
 long rss_kib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -144,7 +171,7 @@ void run_memory(int64_t S) {
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
     const bench::Args args =
-        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory", "options"});
+        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory", "options", "decode"});
     tg::set_num_threads(args.number(0, "threads", 2));
     bench::print_machine();
     g_dtype = args.precision_dtype();
@@ -171,6 +198,13 @@ int main(int argc, char** argv) {
       for (const char* opt :
            {"", "window64", "alibi", "softcap", "dropout", "floatmask", "boolmask"})
         run_case({4, 8, 8, 256, 64, std::string(opt) == "window64", opt});
+      return 0;
+    }
+    if (args.device == "decode") {  // the CPU: query heads 4 to a kv head, and 1 to 1
+      run_decode(8, 32, 8, 1, 4096, 128);
+      run_decode(8, 32, 32, 1, 2048, 128);
+      run_decode(1, 32, 8, 1, 8192, 128);
+      run_decode(8, 32, 8, 4, 4096, 128);  // four rows a head (speculative decoding)
       return 0;
     }
     if (args.device == "cpu") {

@@ -5,8 +5,12 @@ ratios. On the CPU the fused kernel is PyTorch's flash kernel; on CUDA it is Fla
 for bfloat16 / float16 and the memory-efficient kernel for float32 (flash needs 16-bit inputs
 there).
 
-    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda] \
+    python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda|decode] \
         [--precision fp32|bf16|fp16] [--rounds N]
+
+decode: bench_sdpa's decoding cases (the CPU's forward alone, one or four query rows a head
+against a long cache of keys) against PyTorch's flash kernel and math path on the same inputs'
+shapes.
 
 With --rounds N (default 1) the benchmark and PyTorch's fused kernel run alternately N times
 (the math path and the reference once), and a second table gives each round's forward+backward
@@ -66,6 +70,54 @@ def torch_times(b, hq, hk, s, d, causal, backend, device, dtype):
     return median_ms(fwd, reps), median_ms(fwd_bwd, reps)
 
 
+def torch_decode_ms(b, hq, hk, sq, skv, d, backend, dtype):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(b, hq, sq, d, generator=g).to(dtype)
+    k = torch.randn(b, hk, skv, d, generator=g).to(dtype)
+    v = torch.randn(b, hk, skv, d, generator=g).to(dtype)
+
+    def fwd():
+        with torch.no_grad(), sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk)
+
+    return median_ms(fwd, 20)
+
+
+def compare_decode(ours, threads, dtype, rounds):
+    """The decode lines of bench_sdpa against PyTorch's forward, alternated `rounds` times."""
+    header, lines = split_machine(ours(), threads)
+    print(header)
+    print(f"torch {torch.__version__}, cpu, {threads} threads, {dtype}; forward alone, no "
+          "gradient; times are medians in ms")
+    cases = {}  # name: (shape, [ours ms], [torch flash ms])
+    for round_ in range(rounds):
+        if round_ > 0:
+            lines = split_machine(ours(), threads)[1]
+        for line in lines:
+            f = line.split("\t")
+            if f[0] != "decode":
+                continue
+            name, ms = f[1], float(f[2])
+            shape = tuple(int(p[len(p.rstrip("0123456789")):]) for p in name.split("_")[1:])
+            entry = cases.setdefault(name, (shape, [], []))
+            entry[1].append(ms)
+            entry[2].append(torch_decode_ms(*shape, SDPBackend.FLASH_ATTENTION, dtype))
+    print("| case | ours | K, V read at GB/s | torch FLASH_ATTENTION | flash / ours | torch math | "
+          "math / ours |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, ((b, hq, hk, sq, skv, d), mine, theirs) in cases.items():
+        m, t = sorted(mine)[len(mine) // 2], sorted(theirs)[len(theirs) // 2]
+        math = torch_decode_ms(b, hq, hk, sq, skv, d, SDPBackend.MATH, dtype)
+        gbs = 2.0 * b * hk * skv * d * dtype.itemsize / m * 1e-6
+        print(f"| {name} | {m:.2f} | {gbs:.1f} | {t:.2f} | {t / m:.2f} | {math:.2f} | "
+              f"{math / m:.2f} |")
+    if rounds > 1:
+        print(f"\nin {rounds} alternated rounds (ms, ours / torch FLASH_ATTENTION = ratio)")
+        for name, (_, mine, theirs) in cases.items():
+            cells = ", ".join(f"{m:.2f} / {t:.2f} = {t / m:.2f}" for m, t in zip(mine, theirs))
+            print(f"{name}: {cells}")
+
+
 def main():
     args = sys.argv[1:]
     precision = "fp32"
@@ -94,6 +146,9 @@ def main():
         return subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
                               capture_output=True, text=True).stdout
 
+    if device == "decode":
+        compare_decode(ours, threads, dtype, rounds)
+        return
     out = ours()
     header, lines = split_machine(out, threads)
     print(header)
