@@ -170,8 +170,8 @@ void run_memory(int64_t S) {
 
 int main(int argc, char** argv) {
   return bench::guarded_main([&] {
-    const bench::Args args =
-        bench::parse_args("bench_sdpa", argc, argv, 1, {"cpu", "cuda", "memory", "options", "decode"});
+    const bench::Args args = bench::parse_args("bench_sdpa", argc, argv, 1,
+                                               {"cpu", "cuda", "memory", "options", "decode"});
     tg::set_num_threads(args.number(0, "threads", 2));
     bench::print_machine();
     g_dtype = args.precision_dtype();

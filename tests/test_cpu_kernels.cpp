@@ -1,8 +1,9 @@
 // The CPU's SIMD building blocks against simple references: the scalar and vector exps
 // (scalar_ops.h, simd.h) over their float32 ranges, and the register-blocked tile product
 // (tile_gemm.h) over every micro-tile shape, both operand layouts, accumulation and row scaling,
-// float32 and float64, and the dot products of few-row tiles (tile_dots); the threads' cost-balanced task shares (cost_split.h) and the bulk Philox
-// uniforms (philox_fill.h) against the one-position-at-a-time stream.
+// float32 and float64, and the dot products of few-row tiles (tile_dots); the threads'
+// cost-balanced task shares (cost_split.h) and the bulk Philox uniforms (philox_fill.h) against the
+// one-position-at-a-time stream.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -162,7 +163,8 @@ void check_tile_dots(double tol) {
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < round_to_lanes<T>(n); ++j) {
             double want = 0;
-            for (int64_t p = 0; j < n && p < k; ++p) want += double(a[i * lda + p]) * b[j * ldb + p];
+            for (int64_t p = 0; j < n && p < k; ++p)
+              want += double(a[i * lda + p]) * b[j * ldb + p];
             CHECK(std::abs(c[i * ldc + j] - want) <= tol);  // 0 past n
           }
           for (int64_t j = round_to_lanes<T>(n); j < ldc; ++j) CHECK(c[i * ldc + j] == T(7));

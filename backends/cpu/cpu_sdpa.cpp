@@ -100,25 +100,21 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
 }
 
-// How the forward tiles the query rows. Usually a tile is kBr rows of one query head, and the
-// tiles of a key/value head share one packing of its K^T and V. When a head's query rows fit
-// one tile (decoding: one or a few rows a head), a tile stacks the rows of as many heads of the
-// group as fit, head after head, so that K and V are read once for all of them, and K^T and V
-// are packed a key block at a time into buffers that stay in this core's L2: each kv head is
-// read by one tile or a few (fewer heads a tile when threads would go without one), and packing
-// whole heads wrote every key and value out and read it back through memory (decoding on two
-// Zen 3 cores, (8, 32, 1, 128) queries against 2048 keys: most of the time went there;
-// docs/PERFORMANCE.md). A few tiles each packing the same block cost a transpose of K per tile,
-// against 2 Sq Dqk flops per key of products (with Sq up to kBr / heads... a few percent).
+// How the forward tiles the query rows. A tile is kBr rows of one query head, and the tiles of
+// a key/value head share one packing of its K^T and V (a thread's, in its L2). When a head's
+// query rows fit one tile (decoding: one or a few rows a head), a tile stacks the rows of as many
+// of the group's heads as fit, head after head, so that K and V are read once for all of them,
+// and reads them a key block at a time (`by_block`): each kv head then meets one tile or a few
+// (fewer heads a tile where threads would go without one), and a packed copy of a whole head
+// would be written out and read back through memory for it (decoding on two Zen 3 cores, 1 row
+// of 8 x 32 heads against 2048 keys of 32 kv heads: 0.8x PyTorch's flash kernel that way, 1.2x
+// reading K and V in place; docs/PERFORMANCE.md).
 struct ForwardTiling {
   int64_t heads = 1;      // query heads stacked in a tile
   int64_t q_tiles = 1;    // tiles a head's rows take (1 when heads > 1)
   bool by_block = false;  // K and V read a key block at a time
   int64_t tasks = 0;
 };
-// Tiles of up to this many rows take their scores as dot products of K's rows (tile_dots), the
-// rest from K^T packed in panels (tile_gemm_panels).
-constexpr int64_t kDotRows = 8;
 inline ForwardTiling forward_tiling(const SdpaParams& p, int64_t threads) {
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk, Sq = p.len_q();
   ForwardTiling t;
@@ -138,6 +134,7 @@ inline ForwardTiling forward_tiling(const SdpaParams& p, int64_t threads) {
 }
 
 // Forward task `task` (tiles in (batch, first query head, tile) order): where its rows are.
+// A by_block tile's key blocks are read by block_scores.
 struct ForwardTile {
   int64_t b, h, hk, i0, rows;  // rows of each of the tile's heads, h the first; <= 0 past a
                                // ragged sequence's end
@@ -157,16 +154,58 @@ inline ForwardTile forward_tile(const SdpaParams& p, const ForwardTiling& t, int
   return f;
 }
 
+// Tiles of up to this many rows take their scores as dot products of K's rows (tile_dots): a
+// transpose of K into panels costs more than the few rows' products it would feed.
+constexpr int64_t kDotRows = 8;
+
+// Where a key block's values are, for O += P V: `rows`, `ld` apart.
+template <class T>
+struct BlockValues {
+  const T* rows;
+  int64_t ld;
+};
+
+// Key block [j0, j0 + cols) of a by_block tile of R rows (query rows qt, pre-scaled, whole
+// vectors a row): its scores qt K^T into s (row stride kLd, columns to round_to_lanes(cols)),
+// and its values. Keys and values are read where they lie when the products can read them there
+// (each is read once a tile), else copied into kb (K's rows or K^T in panels) and vb.
+template <class T>
+BlockValues<T> block_scores(const SdpaParams& p, const ForwardTile& tile, int64_t R, int64_t j0,
+                            int64_t cols, const T* qt, T* kb, T* vb, T* s) {
+  constexpr int64_t W = simd::kLanes<T>;
+  const int64_t Dqk = p.dim_qk(), dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
+  const int64_t b = tile.b, hk = tile.hk, row0 = tile.seq.kv0 + j0;
+  const int64_t* at = tile.kv_at ? tile.kv_at + j0 : nullptr;
+  if (R <= kDotRows) {
+    const T* k = rows_in_place<T>(p.k, b, hk, row0, at);
+    int64_t ldk = p.k.strides[2];
+    if (!k) {
+      load_rows(p.k, b, hk, row0, cols, kb, dq_p, at);
+      k = kb;
+      ldk = dq_p;
+    }
+    tile_dots(R, cols, dq_n, qt, dq_n, k, ldk, s, kLd);
+  } else {
+    load_transposed_panels(p.k, b, hk, row0, cols, kb, at);
+    tile_gemm_panels(R, round_to_lanes<T>(cols), Dqk, qt, dq_n, 1, kb, Dqk * W, s, kLd, false);
+  }
+  if (const T* v = rows_in_place<T>(p.v, b, hk, row0, at)) return {v, p.v.strides[2]};
+  const int64_t dv_p = packed_stride<T>(p.dim_v());
+  load_rows(p.v, b, hk, row0, cols, vb, dv_p, at);
+  return {vb, dv_p};
+}
+
 template <class T>
 void forward_typed(const SdpaParams& p) {
   const int64_t Hk = p.heads_kv();
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   constexpr int64_t W = simd::kLanes<T>;
   const int64_t dv_p = packed_stride<T>(Dv), dv_n = round_to_lanes<T>(Dv);
+  // Query rows of whole vectors (tile_dots reads them so), zero past Dqk.
   const int64_t dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
   const ForwardTiling tiling = forward_tiling(p, get_num_threads());
   const int64_t nh = tiling.heads;
-  // K^T (or K's rows, for tile_dots) and V of a whole head, or of one key block.
+  // K^T and V of a whole head, or of one key block (K^T in panels or K's rows: block_scores).
   const int64_t packed_keys = tiling.by_block ? kBc : Skv;
   const int64_t kt_size = std::max(Dqk, dq_p) * round_to_lanes<T>(packed_keys);
   const int64_t v_size = packed_keys * dv_p;
@@ -203,7 +242,7 @@ void forward_typed(const SdpaParams& p) {
       const ForwardTile tile = forward_tile(p, tiling, task);
       const int64_t b = tile.b, h = tile.h, i0 = tile.i0, rows = tile.rows;
       const SdpaSequence& seq = tile.seq;
-      if (rows <= 0) continue;  // past a ragged sequence's end
+      if (rows <= 0) continue;      // past a ragged sequence's end
       const int64_t R = nh * rows;  // the tile's rows: head h's, then h + 1's, ...
       if (!tiling.by_block && b * Hk + tile.hk != packed_head) {
         packed_head = b * Hk + tile.hk;
@@ -217,13 +256,12 @@ void forward_typed(const SdpaParams& p) {
       // 64) 1.5-3% faster; AVX2 code there: no change).
       const int64_t after = shares.peek();
       const ForwardTile next = after >= 0 ? forward_tile(p, tiling, after) : ForwardTile{};
-      const bool next_head =
-          after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
+      const bool next_head = after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
       std::fill(acc, acc + R * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
-      for (int64_t g = 0; g < nh; ++g)  // rows of whole vectors: tile_dots reads them so
+      for (int64_t g = 0; g < nh; ++g)
         load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);
       for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= scale;  // scores come out scaled
       const int64_t jfirst = first_key<T>(kr.lo);
@@ -239,34 +277,11 @@ void forward_typed(const SdpaParams& p) {
         }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        const T* vb = vp + j0 * dv_p;
-        int64_t ldv = dv_p;
-        if (!tiling.by_block) {
-          tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
+        BlockValues<T> values{vp + j0 * dv_p, dv_p};
+        if (tiling.by_block) {
+          values = block_scores(p, tile, R, j0, cols, qt, kt, vp, s);
         } else {
-          // The block's keys and values, where they lie when the products can read them there
-          // (each is read once a tile), else copied to rows of whole vectors.
-          const int64_t* at = tile.kv_at ? tile.kv_at + j0 : nullptr;
-          if (R <= kDotRows) {
-            const T* kb = rows_in_place<T>(p.k, b, tile.hk, seq.kv0 + j0, at);
-            int64_t ldk = p.k.strides[2];
-            if (!kb) {
-              load_rows(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, dq_p, at);
-              kb = kt;
-              ldk = dq_p;
-            }
-            tile_dots(R, cols, dq_n, qt, dq_n, kb, ldk, s, kLd);
-          } else {
-            load_transposed_panels(p.k, b, tile.hk, seq.kv0 + j0, cols, kt, at);
-            tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt, Dqk * W, s, kLd, false);
-          }
-          vb = rows_in_place<T>(p.v, b, tile.hk, seq.kv0 + j0, at);
-          ldv = p.v.strides[2];
-          if (!vb) {
-            load_rows(p.v, b, tile.hk, seq.kv0 + j0, cols, vp, dv_p, at);
-            vb = vp;
-            ldv = dv_p;
-          }
+          tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
         }
         for (int64_t g = 0; g < nh; ++g)
           finish_scores(p, seq, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols,
@@ -277,7 +292,7 @@ void forward_typed(const SdpaParams& p) {
             apply_dropout(p, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols);
         }
         // O = alpha O + P V
-        tile_gemm(R, dv_n, cols, s, kLd, 1, vb, ldv, acc, dv_p, true, alpha);
+        tile_gemm(R, dv_n, cols, s, kLd, 1, values.rows, values.ld, acc, dv_p, true, alpha);
       }
       for (int64_t r = 0; r < R; ++r) {
         const bool any = l[r] > T(0);

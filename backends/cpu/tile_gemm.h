@@ -104,9 +104,8 @@ inline constexpr auto panels = make_panels<T>(std::make_index_sequence<kVecs>{})
 template <int MR>
 inline constexpr int kFewRowsVecs = MR == 1 ? 8 : (simd::kRegisters >= 32 ? 8 : 4);
 template <class T, int MR, int NV>
-void few_rows_panel(int64_t, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
-                    int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate,
-                    const T* row_scale) {
+void few_rows_panel(int64_t, int64_t k, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb,
+                    int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
   micro<T, MR, NV>(k, a, am, ak, b, ldb, bv, c, ldc, accumulate, row_scale);
 }
 template <class T, int MR, size_t... I>
