@@ -207,7 +207,7 @@ void forward_typed(const SdpaParams& p) {
   const int64_t nh = tiling.heads;
   // K^T and V of a whole head, or of one key block (K^T in panels or K's rows: block_scores).
   const int64_t packed_keys = tiling.by_block ? kBc : Skv;
-  const int64_t kt_size = std::max(Dqk, dq_p) * round_to_lanes<T>(packed_keys);
+  const int64_t kt_size = (tiling.by_block ? dq_p : Dqk) * round_to_lanes<T>(packed_keys);
   const int64_t v_size = packed_keys * dv_p;
   // Tasks are tiles in (batch, query head, tile) order, so the tiles of a key/value head
   // follow each other. Each thread walks a contiguous share of about equal cost (the keys its

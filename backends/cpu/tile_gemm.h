@@ -88,34 +88,20 @@ void panel(int64_t m, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
   (std::make_integer_sequence<int, kRows - 1>{});
 }
 
+// A product of one or two rows (a decoding step's output, P V) takes panels of at least four
+// vectors: a 1 x 2-vector micro-tile is two chains of dependent FMAs where the core overlaps
+// eight, and each step waits on the one before. Wider spills with AVX2's 16 registers (1 x 128
+// x 128 from L1 on a Zen 3 core: 1.42-1.44 us in panels of 2 vectors, 0.88-0.98 in panels of 4,
+// 1.70-1.76 of 6, 1.77-2.10 of 8; two rows 1.45-1.48, 0.92-1.06, 2.72-3.49).
+inline constexpr int kFewRowsVecs = kVecs > 4 ? kVecs : 4;
+
 template <class T, size_t... I>
 constexpr std::array<Panel<T>, sizeof...(I)> make_panels(std::index_sequence<I...>) {
   return {&panel<T, static_cast<int>(I) + 1>...};
 }
 // panels<T>[vecs - 1] handles a panel vecs vectors wide.
 template <class T>
-inline constexpr auto panels = make_panels<T>(std::make_index_sequence<kVecs>{});
-
-// A product of one or two rows (a decoding step's scores and output) runs in wider panels: a
-// 1 x 2-vector micro-tile is two chains of dependent FMAs, where the FMA units overlap eight (two
-// pipes of four cycles' latency on Zen 3), and each step waits on the one before. With MR rows
-// the panel holds MR x kFewRowsVecs<MR> accumulators, within the registers left beside a
-// vector of B a step.
-template <int MR>
-inline constexpr int kFewRowsVecs = MR == 1 ? 8 : (simd::kRegisters >= 32 ? 8 : 4);
-template <class T, int MR, int NV>
-void few_rows_panel(int64_t, int64_t k, const T* a, int64_t am, int64_t ak, const T* b, int64_t ldb,
-                    int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
-  micro<T, MR, NV>(k, a, am, ak, b, ldb, bv, c, ldc, accumulate, row_scale);
-}
-template <class T, int MR, size_t... I>
-constexpr std::array<Panel<T>, sizeof...(I)> make_few_rows_panels(std::index_sequence<I...>) {
-  return {&few_rows_panel<T, MR, static_cast<int>(I) + 1>...};
-}
-// few_rows_panels<T, MR>[vecs - 1]: MR rows, a panel vecs vectors wide.
-template <class T, int MR>
-inline constexpr auto few_rows_panels =
-    make_few_rows_panels<T, MR>(std::make_index_sequence<kFewRowsVecs<MR>>{});
+inline constexpr auto panels = make_panels<T>(std::make_index_sequence<kFewRowsVecs>{});
 
 }  // namespace tile_detail
 
@@ -140,22 +126,15 @@ constexpr int64_t packed_stride(int64_t n) {
 }
 
 namespace tile_detail {
-// Column panels of kVecs vectors; B's vector n0 / W at b + (n0 / W) * bv.
+// Column panels of kVecs vectors (kFewRowsVecs for one or two rows); B's vector n0 / W at
+// b + (n0 / W) * bv.
 template <class T>
 void tile_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t am, int64_t ak, const T* b,
                int64_t ldb, int64_t bv, T* c, int64_t ldc, bool accumulate, const T* row_scale) {
   constexpr int64_t W = simd::kLanes<T>;
-  if (m <= 2) {
-    const int64_t wide = m == 1 ? kFewRowsVecs<1> : kFewRowsVecs<2>;
-    for (int64_t n0 = 0; n0 < n; n0 += wide * W) {
-      const int64_t nv = std::min<int64_t>(wide, (n - n0) / W);
-      const Panel<T> f = m == 1 ? few_rows_panels<T, 1>[nv - 1] : few_rows_panels<T, 2>[nv - 1];
-      f(m, k, a, am, ak, b + n0 / W * bv, ldb, bv, c + n0, ldc, accumulate, row_scale);
-    }
-    return;
-  }
-  for (int64_t n0 = 0; n0 < n; n0 += kVecs * W) {
-    const int64_t nv = std::min<int64_t>(kVecs, (n - n0) / W);
+  const int64_t vecs = m <= 2 ? kFewRowsVecs : kVecs;
+  for (int64_t n0 = 0; n0 < n; n0 += vecs * W) {
+    const int64_t nv = std::min<int64_t>(vecs, (n - n0) / W);
     panels<T>[nv - 1](m, k, a, am, ak, b + n0 / W * bv, ldb, bv, c + n0, ldc, accumulate,
                       row_scale);
   }
