@@ -107,7 +107,7 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
 // and reads them a key block at a time (`by_block`): each kv head then meets one tile or a few
 // (fewer heads a tile where threads would go without one), and a packed copy of a whole head
 // would be written out and read back through memory for it (decoding on two Zen 3 cores, 1 row
-// of 8 x 32 heads against 2048 keys of 32 kv heads: 0.8x PyTorch's flash kernel that way, 1.2x
+// of 8 x 32 heads against 2048 keys of 32 kv heads: 0.85x PyTorch's flash kernel that way, 1.4x
 // reading K and V in place; docs/PERFORMANCE.md).
 struct ForwardTiling {
   int64_t heads = 1;      // query heads stacked in a tile
