@@ -97,7 +97,7 @@ template <class T>
 void check_tile_gemm(double tol) {
   constexpr int64_t W = simd::kLanes<T>;
   // Shapes that cover every rows remainder of the 6-row micro-tile and every vector count, and
-  // the wide panels of one- and two-row products (up to 8 vectors, then the rest).
+  // the wider panels of one- and two-row products (kFewRowsVecs vectors, then the rest).
   for (int64_t m : {1, 2, 5, 6, 7, 13}) {
     for (int64_t n : {W, 2 * W, 3 * W, 5 * W, 9 * W}) {
       for (int64_t k : {0, 1, 9, 33}) {
