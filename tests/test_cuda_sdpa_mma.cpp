@@ -5,6 +5,7 @@
 // switching the kernels on changes which code runs, and the kernels on warpgroup products.
 // Tolerances: sdpa_mma_compare.h.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -40,6 +41,19 @@ std::pair<SdpaResult, SdpaGrads> run_cuda(const Tensor& q, const Tensor& k, cons
 
 void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& rng) {
   sdpamma::compare_config(c, dt, seed, rng, kCUDA, run_cuda);
+}
+
+// `count` random configurations of rng against the CPU under the settings the caller holds
+// (`setting` names them in a failure's message), configuration n in dtypes[n % 3].
+void compare_random(std::mt19937_64& rng, int count, const std::array<DType, 3>& dtypes,
+                    uint64_t seed0, const char* setting) {
+  for (int n = 0; n < count; ++n) {
+    const Config c = random_config(rng);
+    const DType dt = dtypes[static_cast<size_t>(n % 3)];
+    INFO("config " << n << " (" << std::string(dtype_name(dt)) << ", " << setting
+                   << "): " << describe(c));
+    compare_config(c, dt, seed0 + static_cast<uint64_t>(n) * 10, rng);
+  }
 }
 
 }  // namespace
@@ -226,13 +240,7 @@ TEST_CASE("sdpa on the tensor cores: dQ summed by the dK/dV pass, against the CP
   {
     const Deterministic atomics(false);
     std::mt19937_64 rng(2033);
-    for (int n = 0; n < 60; ++n) {
-      const Config c = random_config(rng);
-      const DType dt = n % 3 == 0 ? kBFloat16 : n % 3 == 1 ? kFloat16 : kFloat32;
-      INFO("config " << n << " (" << std::string(dtype_name(dt))
-                     << ", dQ summed): " << describe(c));
-      compare_config(c, dt, 15000 + static_cast<uint64_t>(n) * 10, rng);
-    }
+    compare_random(rng, 60, {kBFloat16, kFloat16, kFloat32}, 15000, "dQ summed");
   }
   const Tensor q = tgtest::rnd({2, 4, 150, 64}, 1).to(kBFloat16).to(kCUDA);
   const Tensor k = tgtest::rnd({2, 2, 130, 64}, 2).to(kBFloat16).to(kCUDA);
@@ -262,13 +270,7 @@ TEST_CASE("sdpa on the tensor cores: dQ summed in fixed point, against the CPU a
   {
     const DeterministicDq fixed("fixed");
     std::mt19937_64 rng(2035);
-    for (int n = 0; n < 30; ++n) {
-      const Config c = random_config(rng);
-      const DType dt = n % 3 == 0 ? kFloat32 : n % 3 == 1 ? kBFloat16 : kFloat16;
-      INFO("config " << n << " (" << std::string(dtype_name(dt))
-                     << ", dQ in fixed point): " << describe(c));
-      compare_config(c, dt, 17000 + static_cast<uint64_t>(n) * 10, rng);
-    }
+    compare_random(rng, 30, {kFloat32, kBFloat16, kFloat16}, 17000, "dQ in fixed point");
   }
   for (const auto& [dtype, width] : {std::pair{kFloat32, 128}, {kBFloat16, 256}}) {
     const DType dt = dtype;  // not a structured binding: INFO and the lambdas capture it
