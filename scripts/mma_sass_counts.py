@@ -7,8 +7,9 @@ kernel's main loop holds just the path an interior tile takes, and its instructi
 one tile executes. The forward's tiles are also taken to move no row's base maximum (the
 accumulators' rescale is skipped), as all but the first few do.
 
-  python3 scripts/mma_sass_counts.py [git revision]   (default: the working tree; a revision
-  from the split of cuda_sdpa_mma.cu into those files on)
+  python3 scripts/mma_sass_counts.py [git revision] [--dtype bfloat16|float]   (default: the
+  working tree, bfloat16; a revision from the split of cuda_sdpa_mma.cu into those files on;
+  float: the 3xTF32 kernels, whose products split their float32 fragments into TF32 halves)
 
 Needs nvcc (sm_90) and cuobjdump: the toolkit's, or the nvidia-cuda-cuobjdump wheel
 (`pip download --no-deps nvidia-cuda-cuobjdump`, unzip, put its nvidia/cu13/bin on PATH).
@@ -78,7 +79,15 @@ def main_loop(ins):
 
 
 def main():
-    rev = sys.argv[1] if len(sys.argv) > 1 else None
+    args = sys.argv[1:]
+    dtype = "bfloat16"
+    if "--dtype" in args:
+        i = args.index("--dtype")
+        if i + 1 >= len(args) or args[i + 1] not in ("bfloat16", "float"):
+            sys.exit("mma_sass_counts.py: --dtype takes bfloat16 or float")
+        dtype = args[i + 1]
+        del args[i:i + 2]
+    rev = args[0] if args else None
     with tempfile.TemporaryDirectory() as tree:
         if rev:
             arch = subprocess.run(["git", "-C", ROOT, "archive", rev, "backends", "core"],
@@ -100,8 +109,10 @@ def main():
     print(f"{'kernel (interior path, one tile)':58} {'instr':>6} {'HMMA':>5} {'LDSM':>5} "
           f"{'MUFU':>5} {'LDL':>4} {'REDG':>4} {'per HMMA':>8}")
     for name, ins in sorted(kernels(sass).items()):
-        # The kernels' last template argument is kPlainOnly: that kind only.
-        if "bfloat16" not in name or "delta" in name or name.endswith(", false>"):
+        # The kernels' last template argument is kPlainOnly: that kind only where there is one
+        # (float32 has only the general kernels, specialised above to the same path).
+        plain_kind = dtype == "bfloat16" and name.endswith(", false>")
+        if f"<{dtype}," not in name or "delta" in name or plain_kind:
             continue
         h = main_loop(ins)
         n = sum(h.values())

@@ -7,6 +7,7 @@
 // writes (or a copy refills) without a barrier between.
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -271,6 +272,54 @@ TEST_CASE(
     for (int t = 0; t < 31; ++t) expected.push_back(warp + t);
   }
   CHECK(ran == expected);
+}
+
+TEST_CASE("3xTF32's split: hi is x to the nearest TF32 (ties away from zero), hi + lo is x") {
+  const auto as_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  // x to 10 fraction bits, to nearest with ties away from zero (std::round's), in double: the
+  // TF32 quantum of x's binade, that of the smallest normals below them.
+  const auto nearest_tf32 = [](float x) {
+    const int e = std::max(std::ilogb(x), -126) - 10;
+    return std::ldexp(std::round(std::ldexp(static_cast<double>(x), -e)), e);
+  };
+  std::vector<float> xs = {0.0f,         -0.0f,         1.0f,        -1.0f,  0x1.001p0f,
+                           -0x1.001p0f,  0x1.003p0f,    0x1.7ffp-3f, 1e-40f, -3e-39f,
+                           0x1.ffcp127f, -0x1.ffdp127f, FLT_MIN};
+  std::mt19937 rng(7);
+  // Magnitudes up to the last float whose TF32 rounding is finite (0x1.ffdffep127), every
+  // binade alike, subnormals among them.
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7f7fefffu);
+  for (int i = 0; i < 20000; ++i) {
+    uint32_t u = bits(rng);
+    if (i % 4 == 0) u = (u & ~0x1fffu) | 0x1000u;  // exactly halfway between two TF32 values
+    xs.push_back(as_float(u) * (i % 2 ? -1.0f : 1.0f));
+  }
+  int wrong = 0;
+  for (const float x : xs) {
+    const cuda_emulator::Tf32Halves h = cuda_emulator::split_tf32(x);
+    const double hi = as_float(h.hi), lo = as_float(h.lo), want = nearest_tf32(x);
+    // lo within half a TF32 unit of x's binade (of the normals' smallest, for subnormal x).
+    const double half_unit = std::ldexp(1.0, std::max(std::ilogb(x), -126) - 11);
+    const bool ok = (h.hi & 0x1fffu) == 0 && hi == want && hi + lo == static_cast<double>(x) &&
+                    std::fabs(lo) <= half_unit;
+    if (!ok && wrong++ < 5)
+      MESSAGE("x = " << x << ": hi " << hi << " (want " << want << "), lo " << lo);
+  }
+  CHECK(wrong == 0);
+  // Rounded up past the largest float, hi is infinite and lo too; infinite and NaN x give a NaN
+  // lo, so every product that takes them is NaN or infinite, as x's would be.
+  const cuda_emulator::Tf32Halves top = cuda_emulator::split_tf32(FLT_MAX);
+  CHECK(std::isinf(as_float(top.hi)));
+  CHECK(std::isinf(as_float(top.lo)));
+  for (const float x : {INFINITY, -INFINITY, NAN, -NAN}) {
+    const cuda_emulator::Tf32Halves h = cuda_emulator::split_tf32(x);
+    CHECK(std::isnan(as_float(h.lo)));
+    if (std::isinf(x)) CHECK(as_float(h.hi) == x);
+  }
 }
 
 TEST_CASE("emulated tensor-core sdpa: random configurations against the CPU") {

@@ -82,16 +82,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
-// cvt.rna.tf32.f32: x rounded to TF32 (10 fraction bits; nearest, ties away from zero).
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r = 0;
-#if TG_MMA_ARCH
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-#else
-  __trap();
-#endif
-  return r;
-}
 // d += A B for one 16 x 8 x 8 tile of TF32 values.
 __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                               uint32_t b1) {
@@ -166,16 +156,29 @@ __device__ __forceinline__ void atomic_add_u64(unsigned long long* p, unsigned l
 
 #endif  // TG_CUDA_EMULATION
 
-// float32 on the tensor cores: x = hi + lo with hi = x rounded to TF32 (cvt.rna: nearest, ties
-// away) and lo = the rest rounded to TF32, then A B = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
+// float32 on the tensor cores: x = hi + lo, then A B = A_hi B_hi + A_hi B_lo + A_lo B_hi (the
 // dropped A_lo B_lo is below float32's roundoff): about float32's accuracy at three TF32
-// products ("3xTF32").
+// products ("3xTF32"). float32's kernels split every fragment they multiply, so the split is
+// written for few instructions: three (IADD3, LOP3, FADD in sm_90's SASS), where two cvt.rna.tf32
+// and the subtraction took eight, five of them integer operations, of which Hopper issues half
+// as many a clock as float ones (scripts/mma_sass_counts.py --dtype float: 36-46% fewer
+// instructions per tile in the kernels' main loops).
+// - hi is x rounded to TF32, to nearest with ties away from zero: half a TF32 unit added to x's
+//   bits, the 13 bits below TF32's then cut. This is cvt.rna's rounding without its guard of
+//   infinities and NaN (the guard is not needed: see below).
+// - lo = x - hi is exact (|lo| <= 2^-11 |x|) and goes to the tensor cores as it is: they read a
+//   float32 register as TF32 by ignoring its low 13 bits (the emulator's mma.h does the same;
+//   CUTLASS's FastF32 3xTF32 products also hand them one of the halves unrounded). Cut toward
+//   zero, lo loses less than 2^-10 |lo| <= 2^-21 |x|, where a second cvt.rna lost 2^-22 |x|: a
+//   product A B is now off by at most about 2^-19.7 |A| |B|, against 2^-21.4.
+// - Not finite: an infinite x gives hi = x and lo = NaN (as cvt.rna did), a NaN x a NaN lo (hi
+//   may be anything), so every product that takes them is NaN, as x's would be.
 struct SplitTf32 {
   uint32_t hi, lo;
 };
 __device__ __forceinline__ SplitTf32 split_tf32(float x) {
-  const uint32_t hi = to_tf32(x);
-  return {hi, to_tf32(x - __uint_as_float(hi))};
+  const uint32_t hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  return {hi, __float_as_uint(x - __uint_as_float(hi))};
 }
 
 // A float32 fragment (registers holding float bits) split into its TF32 halves.

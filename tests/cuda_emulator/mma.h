@@ -107,14 +107,6 @@ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) 
   accumulate<16>(d, A, B);
 }
 
-// cvt.rna.tf32.f32: to 10 fraction bits, to nearest with ties away from zero.
-inline uint32_t to_tf32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if (!std::isfinite(x)) return u;
-  return (u + 0x1000u) & 0xffffe000u;
-}
-
 // m16n8k8 .tf32: A (16 x 8) a0 row g, column t; a1 row g + 8; a2, a3 the same rows at column
 // t + 4. B (8 x 8) b0 row t of column g, b1 row t + 4.
 inline void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -31,4 +31,9 @@ bool sdpa_mma_forward(const SdpaParams& p) {
   return false;
 }
 
+Tf32Halves split_tf32(float x) {
+  const cuda::mma::SplitTf32 s = cuda::mma::split_tf32(x);
+  return {s.hi, s.lo};
+}
+
 }  // namespace tg::cuda_emulator
