@@ -280,8 +280,8 @@ TEST_CASE("3xTF32's split: hi is x to the nearest TF32 (ties away from zero), hi
     std::memcpy(&f, &u, 4);
     return f;
   };
-  // x to 10 fraction bits, to nearest with ties away from zero (std::round's), in double: the
-  // TF32 quantum of x's binade, that of the smallest normals below them.
+  // x to 10 fraction bits, to nearest with ties away from zero (std::round's), in double: to
+  // the TF32 quantum of x's binade (of the smallest normals' binade for a subnormal x).
   const auto nearest_tf32 = [](float x) {
     const int e = std::max(std::ilogb(x), -126) - 10;
     return std::ldexp(std::round(std::ldexp(static_cast<double>(x), -e)), e);
