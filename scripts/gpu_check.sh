@@ -7,9 +7,9 @@
 # test: ctest -L cuda (with MPI, tg::dist's CUDA collectives under mpirun among them); bench:
 # the training step against PyTorch; sdpa: the SDPA benchmark against PyTorch; mma: the
 # tensor-core SDPA tests alone, then the SDPA benchmark in bfloat16, float16 and float32 (the
-# tensor-core kernels, on by default; float32 as 3xTF32) against PyTorch's, bfloat16 again
-# with 16 and then 32 query rows per warp, and bfloat16 and float32 with dQ summed by the dK/dV
-# pass (TAPEGRAD_CUDA_SDPA_DETERMINISTIC=0);
+# tensor-core kernels, on by default; float32 as 3xTF32) against PyTorch's, bfloat16 and float32
+# again with 16 and then 32 query rows per warp, and bfloat16 and float32 with dQ summed by the
+# dK/dV pass (TAPEGRAD_CUDA_SDPA_DETERMINISTIC=0);
 # ragged: packed against padded training (sequences up to 128 and 1024 tokens) and paged
 # against contiguous decoding on the GPU;
 # profile: Nsight Compute on one forward and one backward of the SDPA kernels (the first
@@ -62,10 +62,13 @@ if [ "$what" = mma ] || [ "$what" = all ]; then
     python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
   done
   python3 bench/compare_sdpa_torch.py "$build/bench/bench_sdpa" 8 cuda --precision fp32 || status=1
-  # The automatic rows per warp (cuda_sdpa_warp_rows) against 16 and 32 everywhere.
-  for r in 16 32; do
-    echo "bfloat16, $r query rows per warp"
-    TAPEGRAD_CUDA_SDPA_WARP_ROWS=$r "$build/bench/bench_sdpa" 8 cuda --precision bf16 || status=1
+  # The automatic rows per warp (cuda_sdpa_warp_rows) against 16 and 32 everywhere; float32 too,
+  # whose rule predates the cheaper 3xTF32 split (session 47).
+  for p in bf16 fp32; do
+    for r in 16 32; do
+      echo "$p, $r query rows per warp"
+      TAPEGRAD_CUDA_SDPA_WARP_ROWS=$r "$build/bench/bench_sdpa" 8 cuda --precision $p || status=1
+    done
   done
   # dQ summed by the dK/dV pass (atomic adds, cuda_sdpa_deterministic off) against FlashAttention-2.
   for p in bf16 fp32; do
