@@ -72,6 +72,12 @@ void apply_option(const Case& c, tg::SdpaOptions& o, tg::Generator& gen) {
   if (c.option == "boolmask") o.mask = tg::gt(tg::randn({1, 1, c.S, c.S}, gen), -1.0).to(g_device);
 }
 
+// Whether TAPEGRAD_BENCH_SDPA_CASES, when set, lets the case of this name run.
+bool selected(const std::string& name) {
+  const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
+  return !only || name.find(only) != std::string::npos;
+}
+
 std::string case_name(const Case& c) {
   std::string name = "B" + std::to_string(c.B) + "_Hq" + std::to_string(c.Hq) + "_Hk" +
                      std::to_string(c.Hk) + "_S" + std::to_string(c.S) + "_D" + std::to_string(c.D);
@@ -82,9 +88,7 @@ std::string case_name(const Case& c) {
 
 void run_case(const Case& c) {
   const std::string name = case_name(c);
-  if (const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
-      only && name.find(only) == std::string::npos)
-    return;
+  if (!selected(name)) return;
   tg::Generator gen{1, 0};
   auto make = [&](int64_t H) {
     return tg::randn({c.B, H, c.S, c.D}, gen).to(g_dtype).to(g_device).requires_grad_();
@@ -121,9 +125,7 @@ void run_decode(int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Skv, int6
   const std::string name = "decode_B" + std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hk" +
                            std::to_string(Hk) + "_Sq" + std::to_string(Sq) + "_Skv" +
                            std::to_string(Skv) + "_D" + std::to_string(D);
-  if (const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
-      only && name.find(only) == std::string::npos)
-    return;
+  if (!selected(name)) return;
   tg::Generator gen{3, 0};
   tg::Tensor q = tg::randn({B, Hq, Sq, D}, gen).to(g_dtype);
   tg::Tensor k = tg::randn({B, Hk, Skv, D}, gen).to(g_dtype);

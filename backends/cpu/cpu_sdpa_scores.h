@@ -72,8 +72,7 @@ void load_rows_as(const View& v, int64_t b, int64_t h, int64_t row0, int64_t row
 // vectors, and rows are at one stride (`at` null: not paged). Null otherwise.
 template <class T>
 const T* rows_in_place(const View& v, int64_t b, int64_t h, int64_t row0, const int64_t* at) {
-  const DType own = sizeof(T) == 4 ? kFloat32 : kFloat64;
-  if (at || v.dtype != own || v.strides[3] != 1 || v.sizes[3] % simd::kLanes<T> != 0)
+  if (at || v.dtype != dtype_of<T>::value || v.strides[3] != 1 || v.sizes[3] % simd::kLanes<T> != 0)
     return nullptr;
   return static_cast<const T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * v.strides[2];
 }
