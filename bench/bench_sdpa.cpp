@@ -12,7 +12,11 @@
 // on CUDA, 16-bit inputs run on the tensor cores (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0: the float32
 // kernels on widened copies).
 // TAPEGRAD_BENCH_SDPA_CASES=text runs only the cases whose name holds it (say S8192_D128, to
-// profile one shape's kernels with Nsight Compute).
+// profile one shape's kernels with Nsight Compute; the memory cases are named memory_S<S>), or,
+// when it ends with '$', whose name ends with the text before it (B4_Hq8_Hk8_S256_D64$: not
+// the causal case).
+// TAPEGRAD_BENCH_SDPA_REFERENCE=0 leaves sdpa_reference untimed (its columns print nan): the
+// compare scripts' alternated rounds time tapegrad's kernel alone, a case at a time.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // for the memory cases "mem S tensor_peak_MiB rss_growth_MiB", for the decoding ones
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -72,10 +77,17 @@ void apply_option(const Case& c, tg::SdpaOptions& o, tg::Generator& gen) {
   if (c.option == "boolmask") o.mask = tg::gt(tg::randn({1, 1, c.S, c.S}, gen), -1.0).to(g_device);
 }
 
-// Whether TAPEGRAD_BENCH_SDPA_CASES, when set, lets the case of this name run.
+// Whether TAPEGRAD_BENCH_SDPA_CASES, when set, lets the case of this name run: the name holds
+// its text, or ends with it when the text ends with '$'.
 bool selected(const std::string& name) {
   const char* only = std::getenv("TAPEGRAD_BENCH_SDPA_CASES");
-  return !only || name.find(only) != std::string::npos;
+  if (!only) return true;
+  std::string text = only;
+  if (!text.empty() && text.back() == '$') {
+    text.pop_back();
+    return name.ends_with(text);
+  }
+  return name.find(text) != std::string::npos;
 }
 
 std::string case_name(const Case& c) {
@@ -112,7 +124,11 @@ void run_case(const Case& c) {
   };
   auto ours = [](auto&... a) { return tg::sdpa(a...); };
   auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
-  double f = fwd(ours), fb = fwdbwd(ours), rf = fwd(ref), rfb = fwdbwd(ref);
+  const char* reference = std::getenv("TAPEGRAD_BENCH_SDPA_REFERENCE");
+  const bool with_reference = !reference || std::string(reference) != "0";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  double f = fwd(ours), fb = fwdbwd(ours);
+  double rf = with_reference ? fwd(ref) : nan, rfb = with_reference ? fwdbwd(ref) : nan;
   // FLOPs: 2 GEMMs forward (4 B H S^2 D), 5 in backward; causal halves both.
   double flops = 4.0 * c.B * c.Hq * c.S * c.S * c.D * (c.causal ? 0.5 : 1.0);
   std::printf("%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n", name.c_str(), f, fb, rf, rfb,
@@ -151,6 +167,7 @@ long rss_kib() {
 // Peak tensor storage and process high-water growth of one forward+backward at length S,
 // beyond the inputs and outputs themselves.
 void run_memory(int64_t S) {
+  if (!selected("memory_S" + std::to_string(S))) return;
   tg::Generator gen{2, 0};
   tg::Tensor q = tg::randn({1, 1, S, 64}, gen).requires_grad_();
   tg::Tensor k = tg::randn({1, 1, S, 64}, gen).requires_grad_();

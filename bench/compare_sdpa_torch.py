@@ -12,16 +12,20 @@ decode: bench_sdpa's decoding cases (the CPU's forward alone, one or four query 
 against a long cache of keys) against PyTorch's flash kernel and math path on the same inputs'
 shapes.
 
-With --rounds N (default 1) the benchmark and PyTorch's fused kernel run alternately N times
-(the math path and the reference once), and a second table gives each round's forward+backward
-times and ratio, and the median of the rounds' ratios: on a shared machine one run's times can
-move 20-50% from minute to minute, for either side.
+With --rounds N (default 1), N rounds follow the first table, and a second table gives each
+round's forward+backward times and ratio, and the median of the rounds' ratios: on a shared
+machine one run's times can move 20-50% from minute to minute, for either side. A round takes
+the cases one at a time, ours (bench_sdpa on that case alone, sdpa_reference untimed) and then
+PyTorch's fused kernel, so that the two sides of a ratio are timed seconds apart, not the
+minute a whole run of bench_sdpa takes.
 
 On CUDA, tapegrad's SDPA runs on the tensor cores, float32 with each product as three TF32 ones
 (3xTF32) like PyTorch's memory-efficient kernel (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in the
 environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only
 (pip install torch in a virtual environment).
 """
+import os
+import statistics
 import subprocess
 import sys
 import torch
@@ -34,7 +38,8 @@ from bench_util import median_ms, split_machine
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def torch_times(b, hq, hk, s, d, causal, backend, device, dtype):
+def torch_times(b, hq, hk, s, d, causal, backend, device, dtype, forward=True):
+    """Median ms of PyTorch's forward (None when not `forward`) and forward+backward."""
     g = torch.Generator().manual_seed(1)
 
     def randn(*shape, grad=True):
@@ -67,7 +72,7 @@ def torch_times(b, hq, hk, s, d, causal, backend, device, dtype):
         torch.autograd.grad(attend(), (q, k, v), dout)
         sync()
 
-    return median_ms(fwd, reps), median_ms(fwd_bwd, reps)
+    return median_ms(fwd, reps) if forward else None, median_ms(fwd_bwd, reps)
 
 
 def torch_decode_ms(b, hq, hk, sq, skv, d, backend, dtype):
@@ -142,9 +147,14 @@ def main():
              else SDPBackend.FLASH_ATTENTION)
     torch.set_num_threads(threads)
 
-    def ours():
+    def ours(case=None):
+        """bench_sdpa's output: every case, or (case given) that one alone without the
+        reference."""
+        env = dict(os.environ)
+        if case:
+            env.update(TAPEGRAD_BENCH_SDPA_CASES=case, TAPEGRAD_BENCH_SDPA_REFERENCE="0")
         return subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
-                              capture_output=True, text=True).stdout
+                              capture_output=True, text=True, env=env).stdout
 
     if device == "decode":
         compare_decode(ours, threads, dtype, rounds)
@@ -173,7 +183,7 @@ def main():
         causal = name.endswith("causal")
         _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device, dtype)
         _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device, dtype)
-        per_round[name] = ([fb], [flash_fb], (b, hq, hk, s, d, causal))
+        per_round[name] = ([], [], (b, hq, hk, s, d, causal))
         print(f"| {name} | {fwd:.2f} | {gf:.1f} | {fb:.2f} | {gfb:.1f} | {flash_fb:.2f} | "
               f"{flash_fb / fb:.2f} | {math_fb:.2f} | {math_fb / fb:.2f} | {rfb:.2f} |")
     for _, s, peak, rss in mem:
@@ -181,21 +191,19 @@ def main():
               f"process high-water growth {rss} MiB")
     if rounds == 1:
         return
-    for _ in range(rounds - 1):
-        for line in ours().splitlines():
-            f = line.split("\t")
-            if f[0] in per_round:
-                per_round[f[0]][0].append(float(f[2]))
-        for name, (_, theirs, shape) in per_round.items():
-            theirs.append(torch_times(*shape, fused, device, dtype)[1])
-    print(f"\nforward+backward in {rounds} alternated rounds (ms, ours / torch {fused.name} = "
-          "ratio), and the median of the rounds' ratios")
+    for _ in range(rounds):
+        for name, (mine, theirs, shape) in per_round.items():
+            line = [x for x in ours(name + "$").splitlines() if x.split("\t")[0] == name][0]
+            mine.append(float(line.split("\t")[2]))
+            theirs.append(torch_times(*shape, fused, device, dtype, forward=False)[1])
+    print(f"\nforward+backward in {rounds} rounds, each case's two sides timed one after the "
+          f"other (ms, ours / torch {fused.name} = ratio), and the median of the rounds' ratios")
     print("| case | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " | median ratio |")
     print("| --- |" + " ---: |" * (rounds + 1))
     for name, (mine, theirs, _) in per_round.items():
-        ratios = sorted(t / m for m, t in zip(mine, theirs))
+        ratio = statistics.median(t / m for m, t in zip(mine, theirs))
         cells = " | ".join(f"{m:.2f} / {t:.2f} = {t / m:.2f}" for m, t in zip(mine, theirs))
-        print(f"| {name} | {cells} | {ratios[len(ratios) // 2]:.2f} |")
+        print(f"| {name} | {cells} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":
