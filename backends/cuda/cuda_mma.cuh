@@ -207,15 +207,18 @@ __device__ __forceinline__ void mma_1688_3xtf32(float (&d)[4], const SplitFragme
 }
 
 // Two floats rounded to S and packed as one register, `lo` in the low half (the lower column).
+// The memcpy reads the pair's 4 bytes: __nv_bfloat162 and __half2 are two 16-bit values with
+// user-written copy operators (so not TriviallyCopyable to clang-tidy), and the toolkit's own
+// headers reinterpret their storage the same way.
 template <class S>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   uint32_t r;
   if constexpr (std::is_same_v<S, __nv_bfloat16>) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
+    memcpy(&r, &v, sizeof r);  // NOLINT(bugprone-undefined-memory-manipulation)
   } else {
     const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
+    memcpy(&r, &v, sizeof r);  // NOLINT(bugprone-undefined-memory-manipulation)
   }
   return r;
 }

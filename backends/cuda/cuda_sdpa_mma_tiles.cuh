@@ -311,7 +311,8 @@ __device__ __forceinline__ void load_kv_tile(const Args<float, S>& a, const Quer
 template <class S, int kM>
 struct Operands {
   const uint32_t (&regs)[kM][4];
-  mma::SplitFragment<4> split[kTf32<S> ? kM : 1];
+  // One slot where nothing is split (the branches are alike when kM is 1).
+  mma::SplitFragment<4> split[kTf32<S> ? kM : 1];  // NOLINT(bugprone-branch-clone)
   __device__ explicit Operands(const uint32_t (&af)[kM][4]) : regs(af) {
     if constexpr (kTf32<S>) {
 #pragma unroll

@@ -98,8 +98,10 @@ Offsets<N> make_offsets(const Shape& sizes, const std::array<const Shape*, N>& s
   return o;
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `i` is the name the loop declares
 #define TG_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+// NOLINTEND(bugprone-macro-parentheses)
 
 }  // namespace tg::cuda
