@@ -17,6 +17,9 @@
 // the causal case).
 // TAPEGRAD_BENCH_SDPA_REFERENCE=0 leaves sdpa_reference untimed (its columns print nan): the
 // compare scripts' alternated rounds time tapegrad's kernel alone, a case at a time.
+// TAPEGRAD_BENCH_SDPA_PAIRED=1 times one forward+backward at a time on request, for
+// compare_sdpa_torch.py --paired (one case selected): the case prints "ready <name>" after a
+// warm-up, then runs once for each line read from stdin and prints its ms, until stdin ends.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // for the memory cases "mem S tensor_peak_MiB rss_growth_MiB", for the decoding ones
@@ -41,21 +44,47 @@ namespace {
 tg::Device g_device = tg::kCPU;
 tg::DType g_dtype = tg::kFloat32;
 
+// body(), then a wait for the device when it runs there.
+void run_synced(const std::function<void()>& body) {
+  body();
+  if (g_device.is_cuda()) tg::cuda_synchronize();
+}
+
 double time_ms(const std::function<void()>& body, int reps) {
-  auto fn = [&] {
-    body();
-    if (g_device.is_cuda()) tg::cuda_synchronize();
-  };
-  fn();
+  run_synced(body);
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto a = std::chrono::steady_clock::now();
-    fn();
+    run_synced(body);
     t.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// TAPEGRAD_BENCH_SDPA_PAIRED=1: cases serve runs on request (serve_steps), nothing else runs.
+bool paired() {
+  const char* p = std::getenv("TAPEGRAD_BENCH_SDPA_PAIRED");
+  return p && std::string(p) == "1";
+}
+
+// One timed run of body (after a warm-up) for each line on stdin, its ms printed on a line of its
+// own, until stdin ends: the other side of a comparison runs between two of them, so that each
+// pair of times is taken within milliseconds on a machine whose speed moves minute to minute.
+void serve_steps(const std::string& name, const std::function<void()>& body) {
+  run_synced(body);
+  std::printf("ready\t%s\n", name.c_str());
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    const auto a = std::chrono::steady_clock::now();
+    run_synced(body);
+    std::printf(
+        "%.3f\n",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+    std::fflush(stdout);
+  }
 }
 
 struct Case {
@@ -124,6 +153,10 @@ void run_case(const Case& c) {
   };
   auto ours = [](auto&... a) { return tg::sdpa(a...); };
   auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
+  if (paired()) {
+    serve_steps(name, [&] { tg::grad({ours(q, k, v, o).out}, {q, k, v}, {dout}); });
+    return;
+  }
   const char* reference = std::getenv("TAPEGRAD_BENCH_SDPA_REFERENCE");
   const bool with_reference = !reference || std::string(reference) != "0";
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -167,7 +200,7 @@ long rss_kib() {
 // Peak tensor storage and process high-water growth of one forward+backward at length S,
 // beyond the inputs and outputs themselves.
 void run_memory(int64_t S) {
-  if (!selected("memory_S" + std::to_string(S))) return;
+  if (paired() || !selected("memory_S" + std::to_string(S))) return;
   tg::Generator gen{2, 0};
   tg::Tensor q = tg::randn({1, 1, S, 64}, gen).requires_grad_();
   tg::Tensor k = tg::randn({1, 1, S, 64}, gen).requires_grad_();

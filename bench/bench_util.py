@@ -29,3 +29,53 @@ def split_machine(out, threads):
         else:
             lines.append(line)
     return header, lines
+
+
+class ServedCase:
+    """A benchmark kept running on one case that times one run each time it is asked
+    (bench_sdpa with TAPEGRAD_BENCH_SDPA_PAIRED=1: "ready <name>" once warmed up, then one run
+    and its ms per line read from stdin, until stdin closes)."""
+
+    def __init__(self, argv, env):
+        import subprocess
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        line = self.proc.stdout.readline()  # the machine line, then "ready"
+        while line and not line.startswith("ready\t"):
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{argv[0]} ended before it had its case ready")
+
+    def once(self):
+        """One run's ms."""
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def paired_ms(first, second, pairs):
+    """Times first() and second() (each one run, returning its ms) one after the other `pairs`
+    times, which goes first alternating; returns the two lists of ms."""
+    a, b = [], []
+    for i in range(pairs):
+        if i % 2 == 0:
+            a.append(first())
+            b.append(second())
+        else:
+            b.append(second())
+            a.append(first())
+    return a, b
+
+
+def ratio_summary(mine, theirs):
+    """(median, lower quartile, upper quartile) of the pairs' ratios theirs / mine."""
+    import statistics
+    ratios = [t / m for m, t in zip(mine, theirs)]
+    if len(ratios) == 1:
+        return ratios[0], ratios[0], ratios[0]
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), q1, q3

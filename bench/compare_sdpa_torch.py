@@ -6,7 +6,7 @@ for bfloat16 / float16 and the memory-efficient kernel for float32 (flash needs 
 there).
 
     python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda|decode] \
-        [--precision fp32|bf16|fp16] [--rounds N]
+        [--precision fp32|bf16|fp16] [--rounds N | --paired N]
 
 decode: bench_sdpa's decoding cases (the CPU's forward alone, one or four query rows a head
 against a long cache of keys) against PyTorch's flash kernel and math path on the same inputs'
@@ -19,6 +19,13 @@ the cases one at a time, ours (bench_sdpa on that case alone, sdpa_reference unt
 PyTorch's fused kernel, so that the two sides of a ratio are timed seconds apart, not the
 minute a whole run of bench_sdpa takes.
 
+With --paired N, the comparison is finer still and nothing else runs: for each case bench_sdpa
+stays running (TAPEGRAD_BENCH_SDPA_PAIRED=1) and times one forward+backward whenever asked, and
+the script alternates one run of ours with one of PyTorch's fused kernel, N pairs, the two runs of
+a pair milliseconds apart. It prints each side's median and range, the median and quartiles of
+the pairs' ratios, and our GFLOP/s at our median (forward+backward counted as 3.5 times the
+forward's 4 B H S^2 D, halved when causal, as bench_sdpa counts them).
+
 On CUDA, tapegrad's SDPA runs on the tensor cores, float32 with each product as three TF32 ones
 (3xTF32) like PyTorch's memory-efficient kernel (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in the
 environment: on the float32 kernels instead, for comparison). PyTorch is the yardstick only
@@ -28,18 +35,20 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_util import median_ms, split_machine
+from bench_util import ServedCase, median_ms, paired_ms, ratio_summary, split_machine
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def torch_times(b, hq, hk, s, d, causal, backend, device, dtype, forward=True):
-    """Median ms of PyTorch's forward (None when not `forward`) and forward+backward."""
+def torch_steps(b, hq, hk, s, d, causal, backend, device, dtype):
+    """PyTorch's forward and forward+backward on one case's inputs, as two functions that each
+    run once (ending with a device sync)."""
     g = torch.Generator().manual_seed(1)
 
     def randn(*shape, grad=True):
@@ -49,7 +58,6 @@ def torch_times(b, hq, hk, s, d, causal, backend, device, dtype, forward=True):
     dout = randn(b, hq, s, d, grad=False)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     gqa = hq != hk
-    reps = 3 if s >= 1024 else 5
     # Only flash (and math) take grouped heads; for the memory-efficient kernel (float32 on
     # CUDA) K and V are repeated to Hq heads inside the timed region, as PyTorch's warning
     # advises and a float32 model would have to.
@@ -72,6 +80,13 @@ def torch_times(b, hq, hk, s, d, causal, backend, device, dtype, forward=True):
         torch.autograd.grad(attend(), (q, k, v), dout)
         sync()
 
+    return fwd, fwd_bwd
+
+
+def torch_times(b, hq, hk, s, d, causal, backend, device, dtype, forward=True):
+    """Median ms of PyTorch's forward (None when not `forward`) and forward+backward."""
+    fwd, fwd_bwd = torch_steps(b, hq, hk, s, d, causal, backend, device, dtype)
+    reps = 3 if s >= 1024 else 5
     return median_ms(fwd, reps) if forward else None, median_ms(fwd_bwd, reps)
 
 
@@ -123,6 +138,43 @@ def compare_decode(ours, threads, dtype, rounds):
             print(f"{name}: {cells}")
 
 
+def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs):
+    """Each case's forward+backward, ours and PyTorch's fused kernel one run each in turn,
+    `pairs` times (bench_sdpa kept running on the case between its runs: ServedCase)."""
+    # With stdin closed, bench_sdpa warms each case up once and names it: the list of cases.
+    out = subprocess.run(ours_argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         check=True, env=ours_env(None)).stdout
+    header, lines = split_machine(out, threads)
+    print(header)
+    print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; forward+backward "
+          f"in {pairs} pairs of runs, ours and torch {fused.name} one after the other (which "
+          "goes first alternates); ratio = torch / ours per pair")
+    print("| case | ours ms: median (min-max) | torch ms: median (min-max) | ratio: median "
+          "(quartiles) | ours GFLOP/s at its median |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name in [x.split("\t")[1] for x in lines if x.startswith("ready\t")]:
+        parts = name.split("_")
+        b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
+        causal = name.endswith("causal")
+        served = ServedCase(ours_argv, ours_env(name + "$"))
+        _, step = torch_steps(b, hq, hk, s, d, causal, fused, device, dtype)
+        step()  # warm-up
+
+        def torch_once():
+            a = time.perf_counter()
+            step()
+            return (time.perf_counter() - a) * 1e3
+
+        mine, theirs = paired_ms(served.once, torch_once, pairs)
+        served.close()
+        ratio, q1, q3 = ratio_summary(mine, theirs)
+        m = statistics.median(mine)
+        flops = 3.5 * 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
+        print(f"| {name} | {m:.2f} ({min(mine):.2f}-{max(mine):.2f}) | "
+              f"{statistics.median(theirs):.2f} ({min(theirs):.2f}-{max(theirs):.2f}) | "
+              f"{ratio:.2f} ({q1:.2f}-{q3:.2f}) | {flops / m * 1e-6:.1f} |")
+
+
 def main():
     args = sys.argv[1:]
     precision = "fp32"
@@ -139,6 +191,13 @@ def main():
         del args[i:i + 2]
     if rounds < 1:
         sys.exit(f"--rounds: expected at least 1, got {rounds}")
+    pairs = 0
+    if "--paired" in args:
+        i = args.index("--paired")
+        pairs = int(args[i + 1])
+        del args[i:i + 2]
+        if pairs < 1:
+            sys.exit(f"--paired: expected at least 1, got {pairs}")
     exe = args[0]
     threads = int(args[1]) if len(args) > 1 else 2
     device = args[2] if len(args) > 2 else "cpu"
@@ -156,8 +215,21 @@ def main():
         return subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
                               capture_output=True, text=True, env=env).stdout
 
+    def paired_env(case):
+        """bench_sdpa's environment to serve runs on request, of `case` alone when given."""
+        env = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="1")
+        if case:
+            env.update(TAPEGRAD_BENCH_SDPA_CASES=case)
+        return env
+
     if device == "decode":
+        if pairs:
+            sys.exit("--paired: the cpu and cuda cases only, not decode")
         compare_decode(ours, threads, dtype, rounds)
+        return
+    if pairs:
+        compare_paired([exe, str(threads), device, "--precision", precision], paired_env, threads,
+                       device, dtype, fused, pairs)
         return
     out = ours()
     header, lines = split_machine(out, threads)

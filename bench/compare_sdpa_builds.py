@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Two builds of bench_sdpa (or one build under two environments) against each other, run by
+run: for each case both stay running (TAPEGRAD_BENCH_SDPA_PAIRED=1) and the script alternates one
+forward+backward of each, N pairs, the two runs of a pair milliseconds apart, so that a change of
+a few percent shows on a machine whose speed moves 10-50% from minute to minute.
+
+    python bench/compare_sdpa_builds.py <new bench_sdpa> <old bench_sdpa> [threads] [cpu|cuda] \
+        [--precision fp32|bf16|fp16] [--pairs N] [--new-env NAME=VALUE ...] \
+        [--old-env NAME=VALUE ...]
+
+The two may be the same file, told apart by --new-env / --old-env (say
+TAPEGRAD_CUDA_SDPA_WARP_ROWS=32 against the default). TAPEGRAD_BENCH_SDPA_CASES in the
+environment picks the cases, as for bench_sdpa. Prints each side's median and range and the
+median and quartiles of the pairs' ratios, old / new: above 1, the new build is faster.
+"""
+import os
+import statistics
+import subprocess
+import sys
+
+from bench_util import ServedCase, paired_ms, ratio_summary
+
+
+def take_option(args, flag, default):
+    """Removes `flag VALUE` from args; returns VALUE (default without the flag)."""
+    if flag not in args:
+        return default
+    i = args.index(flag)
+    if i + 1 >= len(args):
+        sys.exit(f"{flag}: expected a value after it")
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
+def take_envs(args, flag):
+    """Removes every `flag NAME=VALUE` from args; returns them as a dict."""
+    env = {}
+    while flag in args:
+        pair = take_option(args, flag, "")
+        if "=" not in pair:
+            sys.exit(f"{flag}: expected NAME=VALUE, got '{pair}'")
+        name, value = pair.split("=", 1)
+        env[name] = value
+    return env
+
+
+def main():
+    args = sys.argv[1:]
+    precision = take_option(args, "--precision", "fp32")
+    pairs = int(take_option(args, "--pairs", "21"))
+    if pairs < 1:
+        sys.exit(f"--pairs: expected at least 1, got {pairs}")
+    envs = {"new": take_envs(args, "--new-env"), "old": take_envs(args, "--old-env")}
+    if len(args) < 2:
+        sys.exit(__doc__)
+    exes = {"new": args[0], "old": args[1]}
+    threads = args[2] if len(args) > 2 else "2"
+    device = args[3] if len(args) > 3 else "cpu"
+    if device not in ("cpu", "cuda"):
+        sys.exit(f"device: expected cpu or cuda, got '{device}'")
+
+    def argv(side):
+        return [exes[side], threads, device, "--precision", precision]
+
+    def env(side, case):
+        e = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="1", **envs[side])
+        if case:
+            e["TAPEGRAD_BENCH_SDPA_CASES"] = case
+        return e
+
+    # With stdin closed, bench_sdpa warms each case up once and names it: the list of cases.
+    out = subprocess.run(argv("new"), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         check=True, env=env("new", None)).stdout
+    machine = [x for x in out.splitlines() if x.startswith("machine\t")]
+    print(" ".join(machine[0].split("\t")[1:]) if machine else "machine: not printed")
+    def described(side):
+        return " ".join([exes[side]] + [f"{k}={v}" for k, v in envs[side].items()])
+
+    print(f"new {described('new')}, old {described('old')}; "
+          f"{threads} threads, {device}, {precision}; forward+backward in {pairs} pairs of runs "
+          "(which goes first alternates); ratio = old / new per pair")
+    print("| case | new ms: median (min-max) | old ms: median (min-max) | ratio: median "
+          "(quartiles) |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in [x.split("\t")[1] for x in out.splitlines() if x.startswith("ready\t")]:
+        served = {side: ServedCase(argv(side), env(side, name + "$")) for side in ("new", "old")}
+        new, old = paired_ms(served["new"].once, served["old"].once, pairs)
+        for s in served.values():
+            s.close()
+        ratio, q1, q3 = ratio_summary(new, old)
+        print(f"| {name} | {statistics.median(new):.2f} ({min(new):.2f}-{max(new):.2f}) | "
+              f"{statistics.median(old):.2f} ({min(old):.2f}-{max(old):.2f}) | "
+              f"{ratio:.2f} ({q1:.2f}-{q3:.2f}) |")
+
+
+if __name__ == "__main__":
+    main()
