@@ -90,7 +90,7 @@ void serve_steps(const std::string& name, const std::function<void()>& body) {
 struct Case {
   int64_t B, Hq, Hk, S, D;
   bool causal;
-  std::string option;  // "", or one more option of DESIGN §4 (run_options)
+  std::string option = "";  // or one more option of DESIGN §4 (run_options)
 };
 
 // The options beyond causal, one at a time: their cost over the plain kernel.
