@@ -17,9 +17,10 @@
 // the causal case).
 // TAPEGRAD_BENCH_SDPA_REFERENCE=0 leaves sdpa_reference untimed (its columns print nan): the
 // compare scripts' alternated rounds time tapegrad's kernel alone, a case at a time.
-// TAPEGRAD_BENCH_SDPA_PAIRED=1 times one forward+backward at a time on request, for
-// compare_sdpa_torch.py --paired (one case selected): the case prints "ready <name>" after a
-// warm-up, then runs once for each line read from stdin and prints its ms, until stdin ends.
+// TAPEGRAD_BENCH_SDPA_PAIRED=1 (or =forward) times one forward+backward (one forward) at a time
+// on request, for compare_sdpa_torch.py --paired and compare_sdpa_builds.py (one case selected):
+// the case prints "ready <name>" after a warm-up, then runs once for each line read from stdin
+// and prints its ms, until stdin ends.
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // for the memory cases "mem S tensor_peak_MiB rss_growth_MiB", for the decoding ones
@@ -63,10 +64,12 @@ double time_ms(const std::function<void()>& body, int reps) {
   return t[t.size() / 2];
 }
 
-// TAPEGRAD_BENCH_SDPA_PAIRED=1: cases serve runs on request (serve_steps), nothing else runs.
-bool paired() {
+// TAPEGRAD_BENCH_SDPA_PAIRED: "1" or "forward" when cases serve runs on request (serve_steps),
+// and nothing else runs; "" otherwise.
+std::string paired() {
   const char* p = std::getenv("TAPEGRAD_BENCH_SDPA_PAIRED");
-  return p && std::string(p) == "1";
+  const std::string mode = p ? p : "";
+  return mode == "1" || mode == "forward" ? mode : "";
 }
 
 // One timed run of body (after a warm-up) for each line on stdin, its ms printed on a line of its
@@ -153,7 +156,13 @@ void run_case(const Case& c) {
   };
   auto ours = [](auto&... a) { return tg::sdpa(a...); };
   auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
-  if (paired()) {
+  if (const std::string mode = paired(); mode == "forward") {
+    serve_steps(name, [&] {
+      tg::NoGradGuard ng;
+      ours(q, k, v, o);
+    });
+    return;
+  } else if (!mode.empty()) {
     serve_steps(name, [&] { tg::grad({ours(q, k, v, o).out}, {q, k, v}, {dout}); });
     return;
   }
@@ -200,7 +209,7 @@ long rss_kib() {
 // Peak tensor storage and process high-water growth of one forward+backward at length S,
 // beyond the inputs and outputs themselves.
 void run_memory(int64_t S) {
-  if (paired() || !selected("memory_S" + std::to_string(S))) return;
+  if (!paired().empty() || !selected("memory_S" + std::to_string(S))) return;
   tg::Generator gen{2, 0};
   tg::Tensor q = tg::randn({1, 1, S, 64}, gen).requires_grad_();
   tg::Tensor k = tg::randn({1, 1, S, 64}, gen).requires_grad_();

@@ -44,7 +44,8 @@ class ServedCase:
         while line and not line.startswith("ready\t"):
             line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"{argv[0]} ended before it had its case ready")
+            raise RuntimeError(f"{argv[0]} ended before it had its case ready (a build from "
+                               "before the mode in TAPEGRAD_BENCH_SDPA_PAIRED, or no such case)")
 
     def once(self):
         """One run's ms."""

@@ -5,13 +5,14 @@ forward+backward of each, N pairs, the two runs of a pair milliseconds apart, so
 a few percent shows on a machine whose speed moves 10-50% from minute to minute.
 
     python bench/compare_sdpa_builds.py <new bench_sdpa> <old bench_sdpa> [threads] [cpu|cuda] \
-        [--precision fp32|bf16|fp16] [--pairs N] [--new-env NAME=VALUE ...] \
+        [--precision fp32|bf16|fp16] [--pairs N] [--forward] [--new-env NAME=VALUE ...] \
         [--old-env NAME=VALUE ...]
 
 The two may be the same file, told apart by --new-env / --old-env (say
 TAPEGRAD_CUDA_SDPA_WARP_ROWS=32 against the default). TAPEGRAD_BENCH_SDPA_CASES in the
-environment picks the cases, as for bench_sdpa. Prints each side's median and range and the
-median and quartiles of the pairs' ratios, old / new: above 1, the new build is faster.
+environment picks the cases, as for bench_sdpa; --forward times the forward alone. Prints each
+side's median and range and the median and quartiles of the pairs' ratios, old / new: above 1,
+the new build is faster.
 """
 import os
 import statistics
@@ -51,6 +52,9 @@ def main():
     pairs = int(take_option(args, "--pairs", "21"))
     if pairs < 1:
         sys.exit(f"--pairs: expected at least 1, got {pairs}")
+    forward = "--forward" in args
+    if forward:
+        args.remove("--forward")
     envs = {"new": take_envs(args, "--new-env"), "old": take_envs(args, "--old-env")}
     if len(args) < 2:
         sys.exit(__doc__)
@@ -64,7 +68,8 @@ def main():
         return [exes[side], threads, device, "--precision", precision]
 
     def env(side, case):
-        e = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="1", **envs[side])
+        e = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="forward" if forward else "1",
+                 **envs[side])
         if case:
             e["TAPEGRAD_BENCH_SDPA_CASES"] = case
         return e
@@ -78,7 +83,8 @@ def main():
         return " ".join([exes[side]] + [f"{k}={v}" for k, v in envs[side].items()])
 
     print(f"new {described('new')}, old {described('old')}; "
-          f"{threads} threads, {device}, {precision}; forward+backward in {pairs} pairs of runs "
+          f"{threads} threads, {device}, {precision}; "
+          f"{'forward' if forward else 'forward+backward'} in {pairs} pairs of runs "
           "(which goes first alternates); ratio = old / new per pair")
     print("| case | new ms: median (min-max) | old ms: median (min-max) | ratio: median "
           "(quartiles) |")

@@ -6,7 +6,7 @@ for bfloat16 / float16 and the memory-efficient kernel for float32 (flash needs 
 there).
 
     python bench/compare_sdpa_torch.py build/bench/bench/bench_sdpa [threads] [cpu|cuda|decode] \
-        [--precision fp32|bf16|fp16] [--rounds N | --paired N]
+        [--precision fp32|bf16|fp16] [--rounds N | --paired N [--forward]]
 
 decode: bench_sdpa's decoding cases (the CPU's forward alone, one or four query rows a head
 against a long cache of keys) against PyTorch's flash kernel and math path on the same inputs'
@@ -24,7 +24,8 @@ stays running (TAPEGRAD_BENCH_SDPA_PAIRED=1) and times one forward+backward when
 the script alternates one run of ours with one of PyTorch's fused kernel, N pairs, the two runs of
 a pair milliseconds apart. It prints each side's median and range, the median and quartiles of
 the pairs' ratios, and our GFLOP/s at our median (forward+backward counted as 3.5 times the
-forward's 4 B H S^2 D, halved when causal, as bench_sdpa counts them).
+forward's 4 B H S^2 D, halved when causal, as bench_sdpa counts them). --forward: the forward
+alone, without the gradient.
 
 On CUDA, tapegrad's SDPA runs on the tensor cores, float32 with each product as three TF32 ones
 (3xTF32) like PyTorch's memory-efficient kernel (TAPEGRAD_CUDA_SDPA_TENSOR_CORES=0 in the
@@ -138,15 +139,17 @@ def compare_decode(ours, threads, dtype, rounds):
             print(f"{name}: {cells}")
 
 
-def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs):
-    """Each case's forward+backward, ours and PyTorch's fused kernel one run each in turn,
-    `pairs` times (bench_sdpa kept running on the case between its runs: ServedCase)."""
+def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, forward):
+    """Each case's forward+backward (its forward, with `forward`), ours and PyTorch's fused
+    kernel one run each in turn, `pairs` times (bench_sdpa kept running on the case between its
+    runs: ServedCase)."""
     # With stdin closed, bench_sdpa warms each case up once and names it: the list of cases.
     out = subprocess.run(ours_argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          check=True, env=ours_env(None)).stdout
     header, lines = split_machine(out, threads)
     print(header)
-    print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; forward+backward "
+    what = "forward" if forward else "forward+backward"
+    print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; {what} "
           f"in {pairs} pairs of runs, ours and torch {fused.name} one after the other (which "
           "goes first alternates); ratio = torch / ours per pair")
     print("| case | ours ms: median (min-max) | torch ms: median (min-max) | ratio: median "
@@ -157,7 +160,8 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs):
         b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
         causal = name.endswith("causal")
         served = ServedCase(ours_argv, ours_env(name + "$"))
-        _, step = torch_steps(b, hq, hk, s, d, causal, fused, device, dtype)
+        steps = torch_steps(b, hq, hk, s, d, causal, fused, device, dtype)
+        step = steps[0] if forward else steps[1]
         step()  # warm-up
 
         def torch_once():
@@ -169,7 +173,7 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs):
         served.close()
         ratio, q1, q3 = ratio_summary(mine, theirs)
         m = statistics.median(mine)
-        flops = 3.5 * 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
+        flops = (1.0 if forward else 3.5) * 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
         print(f"| {name} | {m:.2f} ({min(mine):.2f}-{max(mine):.2f}) | "
               f"{statistics.median(theirs):.2f} ({min(theirs):.2f}-{max(theirs):.2f}) | "
               f"{ratio:.2f} ({q1:.2f}-{q3:.2f}) | {flops / m * 1e-6:.1f} |")
@@ -198,6 +202,11 @@ def main():
         del args[i:i + 2]
         if pairs < 1:
             sys.exit(f"--paired: expected at least 1, got {pairs}")
+    forward = "--forward" in args
+    if forward:
+        args.remove("--forward")
+        if not pairs:
+            sys.exit("--forward: with --paired N only")
     exe = args[0]
     threads = int(args[1]) if len(args) > 1 else 2
     device = args[2] if len(args) > 2 else "cpu"
@@ -217,7 +226,7 @@ def main():
 
     def paired_env(case):
         """bench_sdpa's environment to serve runs on request, of `case` alone when given."""
-        env = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="1")
+        env = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="forward" if forward else "1")
         if case:
             env.update(TAPEGRAD_BENCH_SDPA_CASES=case)
         return env
@@ -229,7 +238,7 @@ def main():
         return
     if pairs:
         compare_paired([exe, str(threads), device, "--precision", precision], paired_env, threads,
-                       device, dtype, fused, pairs)
+                       device, dtype, fused, pairs, forward)
         return
     out = ours()
     header, lines = split_machine(out, threads)
