@@ -18,9 +18,10 @@
 // TAPEGRAD_BENCH_SDPA_REFERENCE=0 leaves sdpa_reference untimed (its columns print nan): the
 // compare scripts' alternated rounds time tapegrad's kernel alone, a case at a time.
 // TAPEGRAD_BENCH_SDPA_PAIRED=1 (or =forward) times one forward+backward (one forward) at a time
-// on request, for compare_sdpa_torch.py --paired and compare_sdpa_builds.py (one case selected):
-// the case prints "ready <name>" after a warm-up, then runs once for each line read from stdin
-// and prints its ms, until stdin ends.
+// on request, for compare_sdpa_torch.py --paired and compare_sdpa_builds.py: a selected case
+// prints "ready <name>" after a warm-up, then runs once for each line read from stdin and prints
+// its ms, until stdin ends (so with stdin empty, every selected case just warms up and names
+// itself: how the scripts list the cases).
 // Prints one tab-separated line per case:
 //   name fwd_ms fwdbwd_ms ref_fwd_ms ref_fwdbwd_ms fwd_gflops fwdbwd_gflops
 // for the memory cases "mem S tensor_peak_MiB rss_growth_MiB", for the decoding ones

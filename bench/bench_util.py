@@ -31,6 +31,16 @@ def split_machine(out, threads):
     return header, lines
 
 
+def served_cases(argv, env):
+    """Runs a benchmark that serves cases (env sets TAPEGRAD_BENCH_SDPA_PAIRED) with stdin
+    closed, so that each case only warms up once and names itself: returns its output and the
+    names of its cases."""
+    import subprocess
+    out = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         check=True, env=env).stdout
+    return out, [x.split("\t")[1] for x in out.splitlines() if x.startswith("ready\t")]
+
+
 class ServedCase:
     """A benchmark kept running on one case that times one run each time it is asked
     (bench_sdpa with TAPEGRAD_BENCH_SDPA_PAIRED=1: "ready <name>" once warmed up, then one run

@@ -16,10 +16,9 @@ the new build is faster.
 """
 import os
 import statistics
-import subprocess
 import sys
 
-from bench_util import ServedCase, paired_ms, ratio_summary
+from bench_util import ServedCase, paired_ms, ratio_summary, served_cases
 
 
 def take_option(args, flag, default):
@@ -74,9 +73,7 @@ def main():
             e["TAPEGRAD_BENCH_SDPA_CASES"] = case
         return e
 
-    # With stdin closed, bench_sdpa warms each case up once and names it: the list of cases.
-    out = subprocess.run(argv("new"), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                         check=True, env=env("new", None)).stdout
+    out, names = served_cases(argv("new"), env("new", None))
     machine = [x for x in out.splitlines() if x.startswith("machine\t")]
     print(" ".join(machine[0].split("\t")[1:]) if machine else "machine: not printed")
     def described(side):
@@ -89,7 +86,7 @@ def main():
     print("| case | new ms: median (min-max) | old ms: median (min-max) | ratio: median "
           "(quartiles) |")
     print("| --- | ---: | ---: | ---: |")
-    for name in [x.split("\t")[1] for x in out.splitlines() if x.startswith("ready\t")]:
+    for name in names:
         served = {side: ServedCase(argv(side), env(side, name + "$")) for side in ("new", "old")}
         new, old = paired_ms(served["new"].once, served["old"].once, pairs)
         for s in served.values():

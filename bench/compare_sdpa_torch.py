@@ -41,7 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_util import ServedCase, median_ms, paired_ms, ratio_summary, split_machine
+from bench_util import (ServedCase, median_ms, paired_ms, ratio_summary, served_cases,
+                        split_machine)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -143,10 +144,8 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
     """Each case's forward+backward (its forward, with `forward`), ours and PyTorch's fused
     kernel one run each in turn, `pairs` times (bench_sdpa kept running on the case between its
     runs: ServedCase)."""
-    # With stdin closed, bench_sdpa warms each case up once and names it: the list of cases.
-    out = subprocess.run(ours_argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                         check=True, env=ours_env(None)).stdout
-    header, lines = split_machine(out, threads)
+    out, names = served_cases(ours_argv, ours_env(None))
+    header, _ = split_machine(out, threads)
     print(header)
     what = "forward" if forward else "forward+backward"
     print(f"torch {torch.__version__}, {device}, {threads} threads, {dtype}; {what} "
@@ -155,7 +154,7 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
     print("| case | ours ms: median (min-max) | torch ms: median (min-max) | ratio: median "
           "(quartiles) | ours GFLOP/s at its median |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name in [x.split("\t")[1] for x in lines if x.startswith("ready\t")]:
+    for name in names:
         parts = name.split("_")
         b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
         causal = name.endswith("causal")
