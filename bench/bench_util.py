@@ -31,6 +31,19 @@ def split_machine(out, threads):
     return header, lines
 
 
+def take_option(args, flag, default):
+    """Removes `flag VALUE` from the list args; returns VALUE (default without the flag)."""
+    import sys
+    if flag not in args:
+        return default
+    i = args.index(flag)
+    if i + 1 >= len(args):
+        sys.exit(f"{flag}: expected a value after it")
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
 def served_cases(argv, env):
     """Runs a benchmark that serves cases (env sets TAPEGRAD_BENCH_SDPA_PAIRED) with stdin
     closed, so that each case only warms up once and names itself: returns its output and the

@@ -18,19 +18,7 @@ import os
 import statistics
 import sys
 
-from bench_util import ServedCase, paired_ms, ratio_summary, served_cases
-
-
-def take_option(args, flag, default):
-    """Removes `flag VALUE` from args; returns VALUE (default without the flag)."""
-    if flag not in args:
-        return default
-    i = args.index(flag)
-    if i + 1 >= len(args):
-        sys.exit(f"{flag}: expected a value after it")
-    value = args[i + 1]
-    del args[i:i + 2]
-    return value
+from bench_util import ServedCase, paired_ms, ratio_summary, served_cases, take_option
 
 
 def take_envs(args, flag):

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench_util import (ServedCase, median_ms, paired_ms, ratio_summary, served_cases,
-                        split_machine)
+                        split_machine, take_option)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -180,27 +180,15 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
 
 def main():
     args = sys.argv[1:]
-    precision = "fp32"
-    if "--precision" in args:
-        i = args.index("--precision")
-        precision = args[i + 1]
-        del args[i:i + 2]
+    precision = take_option(args, "--precision", "fp32")
     if precision not in DTYPES:
         sys.exit(f"--precision: expected fp32, bf16 or fp16, got '{precision}'")
-    rounds = 1
-    if "--rounds" in args:
-        i = args.index("--rounds")
-        rounds = int(args[i + 1])
-        del args[i:i + 2]
+    rounds = int(take_option(args, "--rounds", "1"))
     if rounds < 1:
         sys.exit(f"--rounds: expected at least 1, got {rounds}")
-    pairs = 0
-    if "--paired" in args:
-        i = args.index("--paired")
-        pairs = int(args[i + 1])
-        del args[i:i + 2]
-        if pairs < 1:
-            sys.exit(f"--paired: expected at least 1, got {pairs}")
+    pairs = int(take_option(args, "--paired", "0"))
+    if "--paired" in sys.argv and pairs < 1:
+        sys.exit(f"--paired: expected at least 1, got {pairs}")
     forward = "--forward" in args
     if forward:
         args.remove("--forward")
