@@ -345,9 +345,10 @@ void score_grad(const SdpaParams& p, const SdpaGradViews& g, const T* P, const T
 // partial sum of dQ, the size of dQ): one while there are at least four heads a thread, else
 // enough for four tasks a thread, at most one per 256 keys (and kMaxParts). A head per task left
 // all but one thread idle with a single kv head (B = 1, Hk = 1: (1, 1, 2048, 64)
-// forward+backward on two Zen 3 cores 50.8 -> 30.8 ms), and at (1, 8, 1024, 64) two parts (16
-// tasks for 2 threads) beat one by 2.4% in the backward (each part reloads its query tiles, but
-// the threads, whose speeds differ on a shared machine, end closer together).
+// forward+backward on two Zen 3 cores 50.8 -> 30.8 ms). More parts let threads whose speeds
+// differ on a shared machine end closer together, but each part reloads its query tiles: at
+// (1, 8, 1024, 64), four heads a thread, one part and two or four ran alike (forward+backward
+// on two Zen 3 cores, 41 paired runs each way: 0.99-1.00, quartiles 0.93-1.05).
 inline int64_t key_parts(int64_t heads, int64_t keys, int64_t threads) {
   return parts_per_task(heads, threads, keys / 256);
 }
