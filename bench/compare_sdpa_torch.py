@@ -189,6 +189,8 @@ def main():
     pairs = int(take_option(args, "--paired", "0"))
     if "--paired" in sys.argv and pairs < 1:
         sys.exit(f"--paired: expected at least 1, got {pairs}")
+    if pairs and rounds > 1:
+        sys.exit("--rounds and --paired: one or the other")
     forward = "--forward" in args
     if forward:
         args.remove("--forward")
