@@ -52,15 +52,17 @@ void run_synced(const std::function<void()>& body) {
   if (g_device.is_cuda()) tg::cuda_synchronize();
 }
 
+// The ms of one run_synced(body).
+double once_ms(const std::function<void()>& body) {
+  const auto a = std::chrono::steady_clock::now();
+  run_synced(body);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+}
+
 double time_ms(const std::function<void()>& body, int reps) {
   run_synced(body);
   std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    run_synced(body);
-    t.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
+  for (int i = 0; i < reps; ++i) t.push_back(once_ms(body));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -82,11 +84,7 @@ void serve_steps(const std::string& name, const std::function<void()>& body) {
   std::fflush(stdout);
   char line[64];
   while (std::fgets(line, sizeof line, stdin)) {
-    const auto a = std::chrono::steady_clock::now();
-    run_synced(body);
-    std::printf(
-        "%.3f\n",
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+    std::printf("%.3f\n", once_ms(body));
     std::fflush(stdout);
   }
 }

@@ -1,16 +1,21 @@
-"""Timing helper shared by the PyTorch comparison scripts."""
+"""Timing helpers shared by the comparison scripts."""
+import statistics
+import subprocess
+import sys
 import time
+
+
+def once_ms(fn):
+    """Wall time of one fn(), in milliseconds."""
+    a = time.perf_counter()
+    fn()
+    return (time.perf_counter() - a) * 1e3
 
 
 def median_ms(fn, reps=9):
     """Median wall time of fn() over reps runs after one warm-up, in milliseconds."""
     fn()
-    ts = []
-    for _ in range(reps):
-        a = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - a) * 1e3)
-    ts.sort()
+    ts = sorted(once_ms(fn) for _ in range(reps))
     return ts[len(ts) // 2]
 
 
@@ -33,7 +38,6 @@ def split_machine(out, threads):
 
 def take_option(args, flag, default):
     """Removes `flag VALUE` from the list args; returns VALUE (default without the flag)."""
-    import sys
     if flag not in args:
         return default
     i = args.index(flag)
@@ -48,7 +52,6 @@ def served_cases(argv, env):
     """Runs a benchmark that serves cases (env sets TAPEGRAD_BENCH_SDPA_PAIRED) with stdin
     closed, so that each case only warms up once and names itself: returns its output and the
     names of its cases."""
-    import subprocess
     out = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          check=True, env=env).stdout
     return out, [x.split("\t")[1] for x in out.splitlines() if x.startswith("ready\t")]
@@ -60,7 +63,6 @@ class ServedCase:
     and its ms per line read from stdin, until stdin closes)."""
 
     def __init__(self, argv, env):
-        import subprocess
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
         line = self.proc.stdout.readline()  # the machine line, then "ready"
@@ -97,7 +99,6 @@ def paired_ms(first, second, pairs):
 
 def ratio_summary(mine, theirs):
     """(median, lower quartile, upper quartile) of the pairs' ratios theirs / mine."""
-    import statistics
     ratios = [t / m for m, t in zip(mine, theirs)]
     if len(ratios) == 1:
         return ratios[0], ratios[0], ratios[0]

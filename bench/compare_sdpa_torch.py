@@ -36,16 +36,22 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_util import (ServedCase, median_ms, paired_ms, ratio_summary, served_cases,
-                        split_machine, take_option)
+from bench_util import (ServedCase, median_ms, once_ms, paired_ms, ratio_summary,
+                        served_cases, split_machine, take_option)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def case_shape(name):
+    """The numbers of a case's name in order: B<b>_Hq<hq>_Hk<hk>_S<s>_D<d> first (then an
+    option's, if any), or the decoding cases' decode_B<b>_Hq<hq>_Hk<hk>_Sq<sq>_Skv<skv>_D<d>."""
+    parts = [p for p in name.split("_") if p[-1:].isdigit()]
+    return tuple(int(p[len(p.rstrip("0123456789")):]) for p in parts)
 
 
 def torch_steps(b, hq, hk, s, d, causal, backend, device, dtype):
@@ -120,7 +126,7 @@ def compare_decode(ours, threads, dtype, rounds):
             if f[0] != "decode":
                 continue
             name, ms = f[1], float(f[2])
-            shape = tuple(int(p[len(p.rstrip("0123456789")):]) for p in name.split("_")[1:])
+            shape = case_shape(name)
             entry = cases.setdefault(name, (shape, [], []))
             entry[1].append(ms)
             entry[2].append(torch_decode_ms(*shape, SDPBackend.FLASH_ATTENTION, dtype))
@@ -155,20 +161,13 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
           "(quartiles) | ours GFLOP/s at its median |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name in names:
-        parts = name.split("_")
-        b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
+        b, hq, hk, s, d = case_shape(name)[:5]
         causal = name.endswith("causal")
         served = ServedCase(ours_argv, ours_env(name + "$"))
         steps = torch_steps(b, hq, hk, s, d, causal, fused, device, dtype)
         step = steps[0] if forward else steps[1]
         step()  # warm-up
-
-        def torch_once():
-            a = time.perf_counter()
-            step()
-            return (time.perf_counter() - a) * 1e3
-
-        mine, theirs = paired_ms(served.once, torch_once, pairs)
+        mine, theirs = paired_ms(served.once, lambda: once_ms(step), pairs)
         served.close()
         ratio, q1, q3 = ratio_summary(mine, theirs)
         m = statistics.median(mine)
@@ -248,8 +247,7 @@ def main():
             mem.append(f)
             continue
         name, fwd, fb, rf, rfb, gf, gfb = f[0], *map(float, f[1:])
-        parts = name.split("_")
-        b, hq, hk, s, d = (int(p[len(p.rstrip("0123456789")):]) for p in parts[:5])
+        b, hq, hk, s, d = case_shape(name)[:5]
         causal = name.endswith("causal")
         _, flash_fb = torch_times(b, hq, hk, s, d, causal, fused, device, dtype)
         _, math_fb = torch_times(b, hq, hk, s, d, causal, SDPBackend.MATH, device, dtype)
