@@ -15,6 +15,46 @@ using tgtest::check_throws_with_prefix;
 using tgtest::rel_error;
 using tgtest::rnd;
 
+// A float32, bfloat16 or float16 kernel's results (inputs q, k, v, dout as it had them) against
+// the float64 reference's, norm-wise like rel_error, to tolerances from the storage's unit
+// roundoff u: out and dv are results rounded once (u, plus 1e-4 for float32 arithmetic). dq, dk
+// and the mask's gradient come from dS_ij = P_ij (dP_ij - D_i), whose two terms cancel where
+// the softmax is saturated (a row with one visible key has dS = 0 exactly), so there the errors
+// of dP and D_i = rowsum(dO o O) remain when the gradient they feed is small: D from the O
+// rounded when it was saved (u max_i sum_c |dO_ic O_ic|, as FlashAttention and cuDNN take it),
+// both from the kernels' float32 arithmetic (2^-24 times that sum, and times max_i sum_c |dO_ic|
+// max|v| for dP). That error dD enters dS_ij as P_ij dD (P with dropout's 1/(1-p)); dq_i =
+// scale sum_j dS_ij k_j adds at most scale dD max|k| (a row of P sums to one); dk_j sums over
+// the G Sq query rows of its group, scale dD max|q| G Sq; the mask's gradient sums dS over its
+// broadcast dims, dD times their count. (With 1e-4 alone, float32 failed in 5 of 60,000
+// configurations from three other seeds: a few rows and keys, float or bool masks, softmaxes
+// saturated, errors of 1e-7 on gradients of 1e-5 to 1e-3.)
+void check_rounded(const Config& c, const SdpaOptions& o, double u, const Inputs& in,
+                   const Tensor& out, const Tensor& stats, const SdpaGrads& g,
+                   const SdpaResult& ref, const std::vector<Tensor>& rg) {
+  auto f64 = [](const Tensor& t) { return t.to(kFloat64); };
+  const double do_o = max_abs(sum(abs(mul(f64(in.dout), f64(out))), {-1}));
+  const double do_v = max_abs(sum(abs(f64(in.dout)), {-1})) * max_abs(in.v);
+  const double dD = u * do_o + 0x1p-24 * (do_o + do_v);
+  const double keep = 1 / (1 - o.dropout_p);
+  const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(c.D));
+  const double group_rows = static_cast<double>(c.Hq / c.Hk * c.Sq);
+  const double tol = u + 1e-4;
+  CHECK(rel_error(f64(out), ref.out) < tol);
+  CHECK(rel_error(stats, ref.stats) < 1e-4);
+  CHECK(rel_error(f64(g.dv), rg[2]) < tol);
+  auto check_grad = [&](const Tensor& got, const Tensor& want, double extra) {
+    CHECK(rel_error(f64(got), want) < tol + extra / std::max(max_abs(want), 1e-30));
+  };
+  check_grad(g.dq, rg[0], scale * dD * keep * max_abs(in.k));
+  check_grad(g.dk, rg[1], scale * dD * keep * max_abs(in.q) * group_rows);
+  if (c.mask_kind == 1) {
+    const double spread = static_cast<double>(numel_of({c.B, c.Hq, c.Sq, c.Skv})) /
+                          static_cast<double>(numel_of(in.mask.sizes()));
+    check_grad(g.dmask, rg[3], dD * keep * spread);
+  }
+}
+
 TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
   std::mt19937_64 rng(20261122);
   const int configs = 300;
@@ -38,60 +78,31 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
     auto rg = grad({ref.out}, wrt, {in.dout});
     check_against_reference(out, stats, g, ref, rg, 1e-10);
 
-    // float32 kernel against the float64 reference.
-    SdpaOptions o32 = o;
-    if (c.mask_kind == 1) o32.mask = in.mask.to(kFloat32);
-    Tensor q32 = in.q.to(kFloat32), k32 = in.k.to(kFloat32), v32 = in.v.to(kFloat32);
-    auto [out32, stats32] = sdpa_forward(q32, k32, v32, o32);
-    SdpaGrads g32 = sdpa_backward(q32, k32, v32, out32, in.dout.to(kFloat32), stats32, o32);
-    check_against_reference(out32, stats32, g32, ref, rg, 1e-4);
-
-    // bfloat16 and float16 kernels against the float64 reference on the same rounded inputs.
-    for (DType h : {kBFloat16, kFloat16}) {
-      CAPTURE(h);
-      SdpaOptions oh = o;
-      if (c.mask_kind == 1) oh.mask = in.mask.to(h);
-      Tensor qh = in.q.to(h), kh = in.k.to(h), vh = in.v.to(h), douth = in.dout.to(h);
-      auto [outh, statsh] = sdpa_forward(qh, kh, vh, oh);
-      SdpaGrads gh = sdpa_backward(qh, kh, vh, outh, douth, statsh, oh);
-      CHECK(outh.dtype() == h);
-      CHECK(statsh.dtype() == kFloat32);
-      CHECK(gh.dq.dtype() == h);
-      Tensor hq = qh.to(kFloat64).requires_grad_(), hk = kh.to(kFloat64).requires_grad_();
-      Tensor hv = vh.to(kFloat64).requires_grad_();
+    // float32, bfloat16 and float16 kernels: float32 against the float64 reference, the 16-bit
+    // dtypes against the reference on the same rounded inputs.
+    for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+      CAPTURE(dt);
+      Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
+      SdpaOptions od = o;
+      if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
+      auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
+      SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
+      CHECK(outr.dtype() == dt);
+      CHECK(statsr.dtype() == kFloat32);
+      CHECK(gr.dq.dtype() == dt);
+      if (dt == kFloat32) {
+        check_rounded(c, o, 0x1p-24, r, outr, statsr, gr, ref, rg);
+        continue;
+      }
+      Tensor hq = r.q.to(kFloat64).requires_grad_(), hk = r.k.to(kFloat64).requires_grad_();
+      Tensor hv = r.v.to(kFloat64).requires_grad_();
       SdpaOptions ho = o;
-      if (c.mask_kind == 1) ho.mask = oh.mask->to(kFloat64).requires_grad_();
+      if (c.mask_kind == 1) ho.mask = r.mask.to(kFloat64).requires_grad_();
       auto href = sdpa_reference(hq, hk, hv, ho);
       std::vector<Tensor> hwrt{hq, hk, hv};
       if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
-      auto hg = grad({href.out}, hwrt, {douth.to(kFloat64)});
-      // Tolerances, norm-wise like rel_error, from the unit roundoff u: out and dv are float32
-      // results rounded once (u, plus the float32 run's 1e-4). dq, dk and the mask's gradient
-      // also carry the error of D_i = rowsum(dO o O), which the backward takes from the
-      // rounded O it saved (as FlashAttention and cuDNN do): up to dD = u max_i sum_c
-      // |dO_ic O_ic|. It enters dS_ij = P_ij (dP_ij - D_i) as P_ij dD (P with dropout's
-      // 1/(1-p)); dq_i = scale sum_j dS_ij k_j adds at most scale dD max|k| (a row of P sums to
-      // one); dk_j sums over the G Sq query rows of its group, scale dD max|q| G Sq; the mask's
-      // gradient sums dS over its broadcast dims, dD times their count.
-      const double u = h == kBFloat16 ? 0x1p-8 : 0x1p-11;
-      const double keep = 1 / (1 - o.dropout_p);
-      const double dD = u * max_abs(sum(abs(mul(douth.to(kFloat64), outh.to(kFloat64))), {-1}));
-      const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(c.D));
-      const double group_rows = static_cast<double>(c.Hq / c.Hk * c.Sq);
-      const double tol = u + 1e-4;
-      CHECK(rel_error(outh.to(kFloat64), href.out) < tol);
-      CHECK(rel_error(statsh, href.stats) < 1e-4);
-      CHECK(rel_error(gh.dv.to(kFloat64), hg[2]) < tol);
-      auto check_grad = [&](const Tensor& got, const Tensor& want, double extra) {
-        CHECK(rel_error(got.to(kFloat64), want) < tol + extra / std::max(max_abs(want), 1e-30));
-      };
-      check_grad(gh.dq, hg[0], scale * dD * keep * max_abs(kh.to(kFloat64)));
-      check_grad(gh.dk, hg[1], scale * dD * keep * max_abs(qh.to(kFloat64)) * group_rows);
-      if (c.mask_kind == 1) {
-        const double spread = static_cast<double>(numel_of({c.B, c.Hq, c.Sq, c.Skv})) /
-                              static_cast<double>(numel_of(in.mask.sizes()));
-        check_grad(gh.dmask, hg[3], dD * keep * spread);
-      }
+      auto hg = grad({href.out}, hwrt, {r.dout.to(kFloat64)});
+      check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, r, outr, statsr, gr, href, hg);
     }
   }
 }
