@@ -31,6 +31,9 @@ struct SdpaOptions {
   uint64_t seed = 0, offset = 0;  // dropout stream position (DESIGN.md §5)
 };
 
+// A row that no key is visible to has out 0, stats -inf and zero gradients. A NaN in q, k, v or
+// a float mask gives NaN wherever it reaches, as in sdpa_reference: a row with a NaN score has
+// out NaN (and stats -inf, there being no finite logsumexp), and NaN gradients.
 struct SdpaResult {
   Tensor out;  // (B, Hq, Sq, Dv); ragged: (Tq, Hq, Dv)
   // (B, Hq, Sq, 1) (ragged: (Tq, Hq, 1)): logsumexp of the masked scores, -inf for fully masked

@@ -38,7 +38,8 @@ void check_rounded(const Config& c, const SdpaOptions& o, double u, const Inputs
   const double dD = u * do_o + 0x1p-24 * (do_o + do_v);
   const double keep = 1 / (1 - o.dropout_p);
   const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(c.D));
-  const double group_rows = static_cast<double>(c.Hq / c.Hk * c.Sq);
+  const int64_t group = c.Hq / c.Hk;  // query heads a key/value head serves
+  const double group_rows = static_cast<double>(group * c.Sq);
   const double tol = u + 1e-4;
   CHECK(rel_error(f64(out), ref.out) < tol);
   CHECK(rel_error(stats, ref.stats) < 1e-4);
@@ -213,7 +214,9 @@ TEST_CASE("packed operands whose rows are a multiple of 1 KiB apart (padded stri
   // random suites never reach these widths.
   for (auto [dt, keys, dim, tol] : {std::tuple{kFloat32, int64_t{256}, int64_t{256}, 1e-4},
                                     std::tuple{kFloat64, int64_t{128}, int64_t{128}, 1e-10}}) {
-    CAPTURE(dt);
+    const DType dtype = dt;  // a copy: doctest's CAPTURE is a lambda, which clang 14 does not
+                             // let capture a structured binding
+    CAPTURE(dtype);
     Config c;
     c.B = 1, c.Hq = 2, c.Hk = 1, c.Sq = 70, c.Skv = keys, c.D = dim, c.Dv = dim / 2;
     c.opts.causal = true;
@@ -269,6 +272,65 @@ TEST_CASE("fully masked rows give out 0, stats -inf and zero gradients") {
   auto [o0, s0] = sdpa(rnd({1, 1, 2, 4}, 4), rnd({1, 1, 0, 4}, 5), rnd({1, 1, 0, 4}, 6));
   CHECK(o0.to_vector<double>() == std::vector<double>(8, 0.0));
   CHECK(s0.to_vector<double>() == std::vector<double>{-INFINITY, -INFINITY});
+}
+
+TEST_CASE("NaN inputs give NaN where the reference's results are NaN, never a masked-looking 0") {
+  // One NaN in q (a whole row of scores NaN), k (a column), v or the float mask (one score), at
+  // 5 query rows (the few-rows tiles) and 70 (two query tiles; 71 keys pad the last vector of a
+  // row with -inf, after which the row maxima once dropped the NaN and a NaN row came out 0).
+  auto nan_at = [](const Tensor& t) {
+    std::vector<bool> n;
+    for (double x : t.to(kFloat64).to_vector<double>()) n.push_back(std::isnan(x));
+    return n;
+  };
+  auto hidden_at = [](const Tensor& t) {  // stats -inf: no key visible
+    std::vector<bool> h;
+    for (double x : t.to(kFloat64).to_vector<double>()) h.push_back(x == -INFINITY);
+    return h;
+  };
+  auto covers = [](const std::vector<bool>& got, const std::vector<bool>& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i] && !got[i]) return false;
+    return true;
+  };
+  auto poison = [](const Tensor& t, int64_t at) {
+    auto x = t.to_vector<double>();
+    x[static_cast<size_t>(at)] = NAN;
+    return from_vector(x, t.sizes());
+  };
+  for (int64_t S : {5, 70}) {
+    for (const char* input : {"q", "k", "v", "mask"}) {
+      const std::string what = input;
+      CAPTURE(S);
+      CAPTURE(what);
+      Tensor q = rnd({1, 1, S, 8}, 1), k = rnd({1, 1, S + 1, 8}, 2), v = rnd({1, 1, S + 1, 8}, 3);
+      if (what == "q") q = poison(q, 3);
+      if (what == "k") k = poison(k, 3);
+      if (what == "v") v = poison(v, 3);
+      SdpaOptions o;
+      if (what == "mask") o.mask = poison(rnd({S, S + 1}, 4), 2);
+      Tensor rq = q.detach().requires_grad_(), rk = k.detach().requires_grad_();
+      Tensor rv = v.detach().requires_grad_();
+      const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
+      const Tensor dout = rnd({1, 1, S, 8}, 5);
+      const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {dout});
+      for (DType dt : {kFloat64, kFloat32}) {
+        CAPTURE(dt);
+        SdpaOptions od = o;
+        if (o.mask) od.mask = o.mask->to(dt);
+        const Tensor qd = q.to(dt), kd = k.to(dt), vd = v.to(dt);
+        auto [out, stats] = sdpa_forward(qd, kd, vd, od);
+        const SdpaGrads g = sdpa_backward(qd, kd, vd, out, dout.to(dt), stats, od);
+        CHECK(nan_at(out) == nan_at(ref.out));
+        CHECK(hidden_at(stats) == hidden_at(ref.stats));
+        CHECK(nan_at(g.dq) == nan_at(rg[0]));
+        // dk and dv: NaN at least where the reference's are (with a NaN in the mask the kernels
+        // make the whole row of P NaN, as the CUDA kernels do, and so every key's dK).
+        CHECK(covers(nan_at(g.dk), nan_at(rg[1])));
+        CHECK(covers(nan_at(g.dv), nan_at(rg[2])));
+      }
+    }
+  }
 }
 
 TEST_CASE("edge cases: single query or key, huge scores, p = 0 and p near 1") {
@@ -367,10 +429,10 @@ TEST_CASE("bad input gets an [sdpa] error") {
   check_throws_with_prefix([&] { sdpa(q, k, v, l); }, "[sdpa]", "[0, 5]");
   l.seq_len_kv = ones({1});
   check_throws_with_prefix([&] { sdpa(q, k, v, l); }, "[sdpa]", "int64");
-  auto [out, stats] = sdpa_forward(q, k, v);
+  const SdpaResult r = sdpa_forward(q, k, v);
   check_throws_with_prefix(
       [&] {
-        sdpa_backward(q, k, v, out, ones({1, 4, 3, 5}), stats);
+        sdpa_backward(q, k, v, r.out, ones({1, 4, 3, 5}), r.stats);
       },
       "[sdpa_backward]", "'dout'");
 }

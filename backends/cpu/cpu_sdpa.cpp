@@ -84,7 +84,7 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
     T* row = s + r * ld;
     V sum{};
     if (m[r] == ninf) {  // nothing visible in this row yet
-      std::fill(row, row + cp, T(0));
+      sum = hidden_row(row, cp);
     } else {
       exp_row(row, cp, m[r], [&](int64_t c, V e) {
         simd::store(row + c, e);

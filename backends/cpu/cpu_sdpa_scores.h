@@ -342,6 +342,24 @@ void exp_row(T* row, int64_t cp, T m, F&& f) {
 #endif
 }
 
+// The probabilities of a row that no key is visible to (its maximum, or its logsumexp, is -inf),
+// in place: 0, except where a score is NaN (a NaN in q, k or the float mask), which stays NaN, as
+// in the reference and the CUDA kernels: NaN inputs give NaN results, not a row of zeros that
+// looks masked. (The row maxima drop a NaN when a larger score or -inf follows it, so such a row
+// can come here.) Returns the row's lane sums.
+template <class T>
+simd::Vec<T> hidden_row(T* row, int64_t cp) {
+  using V = simd::Vec<T>;
+  V sum{};
+  for (int64_t c = 0; c < cp; c += simd::kLanes<T>) {
+    const V x = simd::load(row + c);
+    const V p = x == x ? V{} : x;
+    simd::store(row + c, p);
+    sum += p;
+  }
+  return sum;
+}
+
 // Turns final scores (rows x cols, padded to cp columns) into P = exp(s - lse) in place, from
 // the forward's logsumexp: 0 in the padding columns and in rows that every rule hides (lse
 // -inf). With dp (row stride ld) and D, also turns dP into the score gradient dS = P (dP - D)
@@ -357,8 +375,8 @@ void probabilities(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, con
     T* drow = dp ? dp + r * ld : nullptr;
     std::fill(row + cols, row + cp, ninf);
     if (lse[r] == ninf) {
-      std::fill(row, row + cp, T(0));
-      if (drow) std::fill(drow, drow + cp, T(0));
+      hidden_row(row, cp);
+      if (drow) std::copy(row, row + cp, drow);  // dS = P (dP - D): 0, or NaN with P
     } else if (!drow) {
       exp_row(row, cp, lse[r], [&](int64_t c, V e) { simd::store(row + c, e); });
     } else {
