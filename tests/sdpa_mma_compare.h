@@ -64,19 +64,32 @@ double unit(DType dt, int64_t width);
 // |result - cpu| <= tol times the largest |cpu| element.
 void check_close(const std::string& what, const Tensor& cpu, const Tensor& result, double tol);
 
-// |result - cpu| <= tol * bound element by element (both zero where the bound is: rows that see
-// no key); the worst element is reported.
+// |result - cpu| <= tol * bound + floor element by element (both zero where the bound and the
+// floor are: rows that see no key); the worst element is reported. floor undefined: 0.
 void check_bounded(const std::string& what, const Tensor& cpu, const Tensor& result,
-                   const Tensor& bound, double tol);
+                   const Tensor& bound, double tol, const Tensor& floor = Tensor());
 
 struct Magnitudes {
   Tensor out, dq, dk, dv, dmask;
 };
 
+// The CPU's probabilities P of float64 q and k under options o (after dropout, when o has it),
+// (B, Hq, Sq, Skv).
+Tensor probabilities(const Tensor& q, const Tensor& k, SdpaOptions o);
+
 // For each result element, the sum of the magnitudes of the terms it is made of, from the
-// 16-bit inputs (as float64) and the CPU options o.
+// 16-bit inputs (as float64), the CPU options o and p, probabilities() without dropout.
 Magnitudes term_magnitudes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                           SdpaOptions o);
+                           const SdpaOptions& o, const Tensor& p);
+// What rounding near zero adds, in absolute terms, where float16's relative unit does not hold:
+// its subnormals (below 2^-14) are 2^-24 apart, so a result there, or a P or dS factor the
+// kernels round to float16 before a product, may be off by up to half that whatever its
+// magnitude (a random sweep's float16 dV of 5.4e-7 against the CPU's 6.0e-7, one spacing apart).
+// Per result element: both sides' rounding of it, plus half a spacing times the sum of the
+// other factor's magnitudes over the keys (rows, for dK and dV) the row sees. Undefined tensors
+// (no allowance) for the other dtypes.
+Magnitudes subnormal_allowance(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& dout, const SdpaOptions& o, const Tensor& p, DType dt);
 
 // Contiguous; (B, S, H, D) storage seen as (B, H, S, D) (16-byte copies still apply); or one
 // element past a 16-byte boundary with an odd row stride (element loads).
