@@ -77,12 +77,7 @@ void check_bounded(const std::string& what, const Tensor& cpu, const Tensor& res
   CHECK(worst <= tol);
 }
 
-// For each result element, the sum of the magnitudes of the terms it is made of, from the
-// 16-bit inputs (as float64) and the CPU options o: with P the probabilities, Pd those after
-// dropout (P V = O), A = |dO| |V|^T (which bounds |dP| and, weighted by Pd, |rowsum(dO * O)|):
-// out ~ Pd |V|; dS ~ E = Pd A + P rowsum(Pd A); dQ ~ scale E |K|; dK ~ scale E^T |Q|;
-// dV ~ Pd^T |dO|; dMask ~ E summed as the mask broadcasts. P and Pd come from the CPU's sdpa
-// itself, with V the identity (out = Pd).
+// The CPU's sdpa itself, with V the identity (out = P).
 Tensor probabilities(const Tensor& q, const Tensor& k, SdpaOptions o) {
   const int64_t B = q.size(0), Hk = k.size(1), Skv = k.size(2);
   if (o.mask && o.mask->dtype() != kBool) o.mask = o.mask->to(kFloat64);
@@ -92,6 +87,11 @@ Tensor probabilities(const Tensor& q, const Tensor& k, SdpaOptions o) {
   return sdpa_forward(q, k, ident, o).out;
 }
 
+// For each result element, the sum of the magnitudes of the terms it is made of, from the
+// 16-bit inputs (as float64) and the CPU options o: with P the probabilities, Pd those after
+// dropout (P V = O), A = |dO| |V|^T (which bounds |dP| and, weighted by Pd, |rowsum(dO * O)|):
+// out ~ Pd |V|; dS ~ E = Pd A + P rowsum(Pd A); dQ ~ scale E |K|; dK ~ scale E^T |Q|;
+// dV ~ Pd^T |dO|; dMask ~ E summed as the mask broadcasts.
 Magnitudes term_magnitudes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                            const SdpaOptions& o, const Tensor& p) {
   const int64_t Hq = q.size(1), Hk = k.size(1);
