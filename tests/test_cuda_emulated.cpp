@@ -479,3 +479,53 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
     check_close("stats", cpu.stats, r.stats, 1e-5);
   }
 }
+
+TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN where the CPU does") {
+  // ops/sdpa.h's rule: a row with a NaN score has out NaN, stats -inf and NaN gradients. A NaN
+  // in a query row makes all its scores NaN, one in the float mask one score.
+  auto nan_at = [](const Tensor& t) {
+    std::vector<bool> n;
+    for (double x : t.to(kCPU).to(kFloat64).to_vector<double>()) n.push_back(std::isnan(x));
+    return n;
+  };
+  auto hidden_at = [](const Tensor& t) {
+    std::vector<bool> h;
+    for (double x : t.to(kCPU).to(kFloat64).to_vector<double>()) h.push_back(x == -INFINITY);
+    return h;
+  };
+  auto poison = [](const Tensor& t, int64_t at) {
+    auto x = t.to_vector<double>();
+    x[static_cast<size_t>(at)] = NAN;
+    return from_vector(x, t.sizes());
+  };
+  // The warpgroup kernels take bfloat16 without a mask (the NaN in q); the rest runs mma.sync.
+  for (const auto& [wgmma, dtype] :
+       {std::pair{"off", kFloat32}, {"off", kBFloat16}, {"on", kBFloat16}}) {
+    const Wgmma mode(wgmma);
+    const DType dt = dtype;  // a copy: INFO's lambda cannot capture a structured binding (clang 14)
+    const std::string where = std::string("wgmma ") + wgmma + ", " + std::string(dtype_name(dt));
+    for (const bool in_q : {true, false}) {
+      INFO(where << ", NaN in " << (in_q ? "q" : "the mask"));
+      Tensor q = tgtest::rnd({1, 1, 20, 16}, 1);
+      SdpaOptions o;
+      if (in_q)
+        q = poison(q, 3);  // row 0
+      else
+        o.mask = poison(tgtest::rnd({20, 21}, 4), 2).to(dt);  // row 0, key 2
+      const Tensor qd = q.to(dt), k = tgtest::rnd({1, 1, 21, 16}, 2).to(dt);
+      const Tensor v = tgtest::rnd({1, 1, 21, 16}, 3).to(dt);
+      const Tensor dout = tgtest::rnd({1, 1, 20, 16}, 5).to(dt);
+      const SdpaResult cpu = sdpa_forward(qd, k, v, o);
+      const SdpaGrads cg = sdpa_backward(qd, k, v, cpu.out, dout, cpu.stats, o);
+      const std::pair<SdpaResult, SdpaGrads> dev = run_emulated(qd, k, v, dout, o);
+      CHECK(nan_at(dev.first.out) == nan_at(cpu.out));
+      CHECK(hidden_at(dev.first.stats) == hidden_at(cpu.stats));
+      CHECK(nan_at(dev.second.dq) == nan_at(cg.dq));
+      CHECK(nan_at(dev.second.dk) == nan_at(cg.dk));
+      // With the NaN in the mask, the CPU's dV is NaN at that key, as the reference's is; the
+      // kernels' P is 0 there (the row's stats are -inf), so their dV has no NaN. dQ and dK are
+      // NaN on both.
+      if (in_q) CHECK(nan_at(dev.second.dv) == nan_at(cg.dv));
+    }
+  }
+}
