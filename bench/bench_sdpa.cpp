@@ -141,35 +141,29 @@ void run_case(const Case& c) {
   tg::SdpaOptions o;
   o.causal = c.causal;
   apply_option(c, o, gen);
-  const int reps = c.S >= 1024 ? 3 : 5;
-  auto fwd = [&](auto f) {
-    return time_ms(
-        [&] {
-          tg::NoGradGuard ng;
-          f(q, k, v, o);
-        },
-        reps);
+  // One forward, or one forward+backward, of attention f (sdpa or its reference).
+  auto forward = [&](auto f) -> std::function<void()> {
+    return [&, f] {
+      tg::NoGradGuard ng;
+      f(q, k, v, o);
+    };
   };
-  auto fwdbwd = [&](auto f) {
-    return time_ms([&] { tg::grad({f(q, k, v, o).out}, {q, k, v}, {dout}); }, reps);
+  auto forward_backward = [&](auto f) -> std::function<void()> {
+    return [&, f] { tg::grad({f(q, k, v, o).out}, {q, k, v}, {dout}); };
   };
   auto ours = [](auto&... a) { return tg::sdpa(a...); };
   auto ref = [](auto&... a) { return tg::sdpa_reference(a...); };
-  if (const std::string mode = paired(); mode == "forward") {
-    serve_steps(name, [&] {
-      tg::NoGradGuard ng;
-      ours(q, k, v, o);
-    });
-    return;
-  } else if (!mode.empty()) {
-    serve_steps(name, [&] { tg::grad({ours(q, k, v, o).out}, {q, k, v}, {dout}); });
+  if (const std::string mode = paired(); !mode.empty()) {
+    serve_steps(name, mode == "forward" ? forward(ours) : forward_backward(ours));
     return;
   }
+  const int reps = c.S >= 1024 ? 3 : 5;
   const char* reference = std::getenv("TAPEGRAD_BENCH_SDPA_REFERENCE");
   const bool with_reference = !reference || std::string(reference) != "0";
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  double f = fwd(ours), fb = fwdbwd(ours);
-  double rf = with_reference ? fwd(ref) : nan, rfb = with_reference ? fwdbwd(ref) : nan;
+  double f = time_ms(forward(ours), reps), fb = time_ms(forward_backward(ours), reps);
+  double rf = with_reference ? time_ms(forward(ref), reps) : nan;
+  double rfb = with_reference ? time_ms(forward_backward(ref), reps) : nan;
   // FLOPs: 2 GEMMs forward (4 B H S^2 D), 5 in backward; causal halves both.
   double flops = 4.0 * c.B * c.Hq * c.S * c.S * c.D * (c.causal ? 0.5 : 1.0);
   std::printf("%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\n", name.c_str(), f, fb, rf, rfb,

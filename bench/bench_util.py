@@ -1,4 +1,5 @@
 """Timing helpers shared by the comparison scripts."""
+import os
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,29 @@ def take_option(args, flag, default):
     value = args[i + 1]
     del args[i:i + 2]
     return value
+
+
+def take_flag(args, flag):
+    """Removes `flag` from the list args; returns whether it was there."""
+    if flag not in args:
+        return False
+    args.remove(flag)
+    return True
+
+
+def served_env(forward, case=None, extra=None):
+    """bench_sdpa's environment to serve runs on request (TAPEGRAD_BENCH_SDPA_PAIRED: the
+    forward alone with `forward`), of `case` alone when given, with `extra` variables on top."""
+    env = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="forward" if forward else "1",
+               **(extra or {}))
+    if case:
+        env["TAPEGRAD_BENCH_SDPA_CASES"] = case
+    return env
+
+
+def spread(ms):
+    """A list of ms as "median (min-max)"."""
+    return f"{statistics.median(ms):.2f} ({min(ms):.2f}-{max(ms):.2f})"
 
 
 def served_cases(argv, env):

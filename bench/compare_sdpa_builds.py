@@ -14,11 +14,10 @@ environment picks the cases, as for bench_sdpa; --forward times the forward alon
 side's median and range and the median and quartiles of the pairs' ratios, old / new: above 1,
 the new build is faster.
 """
-import os
-import statistics
 import sys
 
-from bench_util import ServedCase, paired_ms, ratio_summary, served_cases, take_option
+from bench_util import (ServedCase, paired_ms, ratio_summary, served_cases, served_env, spread,
+                        take_flag, take_option)
 
 
 def take_envs(args, flag):
@@ -39,9 +38,7 @@ def main():
     pairs = int(take_option(args, "--pairs", "21"))
     if pairs < 1:
         sys.exit(f"--pairs: expected at least 1, got {pairs}")
-    forward = "--forward" in args
-    if forward:
-        args.remove("--forward")
+    forward = take_flag(args, "--forward")
     envs = {"new": take_envs(args, "--new-env"), "old": take_envs(args, "--old-env")}
     if len(args) < 2:
         sys.exit(__doc__)
@@ -54,16 +51,10 @@ def main():
     def argv(side):
         return [exes[side], threads, device, "--precision", precision]
 
-    def env(side, case):
-        e = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="forward" if forward else "1",
-                 **envs[side])
-        if case:
-            e["TAPEGRAD_BENCH_SDPA_CASES"] = case
-        return e
-
-    out, names = served_cases(argv("new"), env("new", None))
+    out, names = served_cases(argv("new"), served_env(forward, extra=envs["new"]))
     machine = [x for x in out.splitlines() if x.startswith("machine\t")]
     print(" ".join(machine[0].split("\t")[1:]) if machine else "machine: not printed")
+
     def described(side):
         return " ".join([exes[side]] + [f"{k}={v}" for k, v in envs[side].items()])
 
@@ -75,14 +66,13 @@ def main():
           "(quartiles) |")
     print("| --- | ---: | ---: | ---: |")
     for name in names:
-        served = {side: ServedCase(argv(side), env(side, name + "$")) for side in ("new", "old")}
+        served = {side: ServedCase(argv(side), served_env(forward, name + "$", envs[side]))
+                  for side in ("new", "old")}
         new, old = paired_ms(served["new"].once, served["old"].once, pairs)
         for s in served.values():
             s.close()
         ratio, q1, q3 = ratio_summary(new, old)
-        print(f"| {name} | {statistics.median(new):.2f} ({min(new):.2f}-{max(new):.2f}) | "
-              f"{statistics.median(old):.2f} ({min(old):.2f}-{max(old):.2f}) | "
-              f"{ratio:.2f} ({q1:.2f}-{q3:.2f}) |")
+        print(f"| {name} | {spread(new)} | {spread(old)} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) |")
 
 
 if __name__ == "__main__":

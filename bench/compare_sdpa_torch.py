@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench_util import (ServedCase, median_ms, once_ms, paired_ms, ratio_summary,
-                        served_cases, split_machine, take_option)
+                        served_cases, served_env, split_machine, spread, take_flag,
+                        take_option)
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -146,11 +147,11 @@ def compare_decode(ours, threads, dtype, rounds):
             print(f"{name}: {cells}")
 
 
-def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, forward):
+def compare_paired(ours_argv, threads, device, dtype, fused, pairs, forward):
     """Each case's forward+backward (its forward, with `forward`), ours and PyTorch's fused
     kernel one run each in turn, `pairs` times (bench_sdpa kept running on the case between its
     runs: ServedCase)."""
-    out, names = served_cases(ours_argv, ours_env(None))
+    out, names = served_cases(ours_argv, served_env(forward))
     header, _ = split_machine(out, threads)
     print(header)
     what = "forward" if forward else "forward+backward"
@@ -163,7 +164,7 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
     for name in names:
         b, hq, hk, s, d = case_shape(name)[:5]
         causal = name.endswith("causal")
-        served = ServedCase(ours_argv, ours_env(name + "$"))
+        served = ServedCase(ours_argv, served_env(forward, name + "$"))
         steps = torch_steps(b, hq, hk, s, d, causal, fused, device, dtype)
         step = steps[0] if forward else steps[1]
         step()  # warm-up
@@ -172,9 +173,8 @@ def compare_paired(ours_argv, ours_env, threads, device, dtype, fused, pairs, fo
         ratio, q1, q3 = ratio_summary(mine, theirs)
         m = statistics.median(mine)
         flops = (1.0 if forward else 3.5) * 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
-        print(f"| {name} | {m:.2f} ({min(mine):.2f}-{max(mine):.2f}) | "
-              f"{statistics.median(theirs):.2f} ({min(theirs):.2f}-{max(theirs):.2f}) | "
-              f"{ratio:.2f} ({q1:.2f}-{q3:.2f}) | {flops / m * 1e-6:.1f} |")
+        print(f"| {name} | {spread(mine)} | {spread(theirs)} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | "
+              f"{flops / m * 1e-6:.1f} |")
 
 
 def main():
@@ -190,11 +190,9 @@ def main():
         sys.exit(f"--paired: expected at least 1, got {pairs}")
     if pairs and rounds > 1:
         sys.exit("--rounds and --paired: one or the other")
-    forward = "--forward" in args
-    if forward:
-        args.remove("--forward")
-        if not pairs:
-            sys.exit("--forward: with --paired N only")
+    forward = take_flag(args, "--forward")
+    if forward and not pairs:
+        sys.exit("--forward: with --paired N only")
     exe = args[0]
     threads = int(args[1]) if len(args) > 1 else 2
     device = args[2] if len(args) > 2 else "cpu"
@@ -212,21 +210,14 @@ def main():
         return subprocess.run([exe, str(threads), device, "--precision", precision], check=True,
                               capture_output=True, text=True, env=env).stdout
 
-    def paired_env(case):
-        """bench_sdpa's environment to serve runs on request, of `case` alone when given."""
-        env = dict(os.environ, TAPEGRAD_BENCH_SDPA_PAIRED="forward" if forward else "1")
-        if case:
-            env.update(TAPEGRAD_BENCH_SDPA_CASES=case)
-        return env
-
     if device == "decode":
         if pairs:
             sys.exit("--paired: the cpu and cuda cases only, not decode")
         compare_decode(ours, threads, dtype, rounds)
         return
     if pairs:
-        compare_paired([exe, str(threads), device, "--precision", precision], paired_env, threads,
-                       device, dtype, fused, pairs, forward)
+        compare_paired([exe, str(threads), device, "--precision", precision], threads, device,
+                       dtype, fused, pairs, forward)
         return
     out = ours()
     header, lines = split_machine(out, threads)

@@ -483,21 +483,7 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
 TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN where the CPU does") {
   // ops/sdpa.h's rule: a row with a NaN score has out NaN, stats -inf and NaN gradients. A NaN
   // in a query row makes all its scores NaN, one in the float mask one score.
-  auto nan_at = [](const Tensor& t) {
-    std::vector<bool> n;
-    for (double x : t.to(kCPU).to(kFloat64).to_vector<double>()) n.push_back(std::isnan(x));
-    return n;
-  };
-  auto hidden_at = [](const Tensor& t) {
-    std::vector<bool> h;
-    for (double x : t.to(kCPU).to(kFloat64).to_vector<double>()) h.push_back(x == -INFINITY);
-    return h;
-  };
-  auto poison = [](const Tensor& t, int64_t at) {
-    auto x = t.to_vector<double>();
-    x[static_cast<size_t>(at)] = NAN;
-    return from_vector(x, t.sizes());
-  };
+  using tgtest::nan_positions, tgtest::neg_inf_positions, tgtest::with_nan_at;
   // The warpgroup kernels take bfloat16 without a mask (the NaN in q); the rest runs mma.sync.
   for (const auto& [wgmma, dtype] :
        {std::pair{"off", kFloat32}, {"off", kBFloat16}, {"on", kBFloat16}}) {
@@ -509,23 +495,23 @@ TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN whe
       Tensor q = tgtest::rnd({1, 1, 20, 16}, 1);
       SdpaOptions o;
       if (in_q)
-        q = poison(q, 3);  // row 0
+        q = with_nan_at(q, 3);  // row 0
       else
-        o.mask = poison(tgtest::rnd({20, 21}, 4), 2).to(dt);  // row 0, key 2
+        o.mask = with_nan_at(tgtest::rnd({20, 21}, 4), 2).to(dt);  // row 0, key 2
       const Tensor qd = q.to(dt), k = tgtest::rnd({1, 1, 21, 16}, 2).to(dt);
       const Tensor v = tgtest::rnd({1, 1, 21, 16}, 3).to(dt);
       const Tensor dout = tgtest::rnd({1, 1, 20, 16}, 5).to(dt);
       const SdpaResult cpu = sdpa_forward(qd, k, v, o);
       const SdpaGrads cg = sdpa_backward(qd, k, v, cpu.out, dout, cpu.stats, o);
       const std::pair<SdpaResult, SdpaGrads> dev = run_emulated(qd, k, v, dout, o);
-      CHECK(nan_at(dev.first.out) == nan_at(cpu.out));
-      CHECK(hidden_at(dev.first.stats) == hidden_at(cpu.stats));
-      CHECK(nan_at(dev.second.dq) == nan_at(cg.dq));
-      CHECK(nan_at(dev.second.dk) == nan_at(cg.dk));
+      CHECK(nan_positions(dev.first.out) == nan_positions(cpu.out));
+      CHECK(neg_inf_positions(dev.first.stats) == neg_inf_positions(cpu.stats));
+      CHECK(nan_positions(dev.second.dq) == nan_positions(cg.dq));
+      CHECK(nan_positions(dev.second.dk) == nan_positions(cg.dk));
       // With the NaN in the mask, the CPU's dV is NaN at that key, as the reference's is; the
       // kernels' P is 0 there (the row's stats are -inf), so their dV has no NaN. dQ and dK are
       // NaN on both.
-      if (in_q) CHECK(nan_at(dev.second.dv) == nan_at(cg.dv));
+      if (in_q) CHECK(nan_positions(dev.second.dv) == nan_positions(cg.dv));
     }
   }
 }

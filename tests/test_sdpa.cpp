@@ -278,25 +278,11 @@ TEST_CASE("NaN inputs give NaN where the reference's results are NaN, never a ma
   // One NaN in q (a whole row of scores NaN), k (a column), v or the float mask (one score), at
   // 5 query rows (the few-rows tiles) and 70 (two query tiles; 71 keys pad the last vector of a
   // row with -inf, after which the row maxima once dropped the NaN and a NaN row came out 0).
-  auto nan_at = [](const Tensor& t) {
-    std::vector<bool> n;
-    for (double x : t.to(kFloat64).to_vector<double>()) n.push_back(std::isnan(x));
-    return n;
-  };
-  auto hidden_at = [](const Tensor& t) {  // stats -inf: no key visible
-    std::vector<bool> h;
-    for (double x : t.to(kFloat64).to_vector<double>()) h.push_back(x == -INFINITY);
-    return h;
-  };
+  using tgtest::nan_positions, tgtest::neg_inf_positions, tgtest::with_nan_at;
   auto covers = [](const std::vector<bool>& got, const std::vector<bool>& want) {
     for (size_t i = 0; i < want.size(); ++i)
       if (want[i] && !got[i]) return false;
     return true;
-  };
-  auto poison = [](const Tensor& t, int64_t at) {
-    auto x = t.to_vector<double>();
-    x[static_cast<size_t>(at)] = NAN;
-    return from_vector(x, t.sizes());
   };
   for (int64_t S : {5, 70}) {
     for (const char* input : {"q", "k", "v", "mask"}) {
@@ -304,11 +290,11 @@ TEST_CASE("NaN inputs give NaN where the reference's results are NaN, never a ma
       CAPTURE(S);
       CAPTURE(what);
       Tensor q = rnd({1, 1, S, 8}, 1), k = rnd({1, 1, S + 1, 8}, 2), v = rnd({1, 1, S + 1, 8}, 3);
-      if (what == "q") q = poison(q, 3);
-      if (what == "k") k = poison(k, 3);
-      if (what == "v") v = poison(v, 3);
+      if (what == "q") q = with_nan_at(q, 3);
+      if (what == "k") k = with_nan_at(k, 3);
+      if (what == "v") v = with_nan_at(v, 3);
       SdpaOptions o;
-      if (what == "mask") o.mask = poison(rnd({S, S + 1}, 4), 2);
+      if (what == "mask") o.mask = with_nan_at(rnd({S, S + 1}, 4), 2);
       Tensor rq = q.detach().requires_grad_(), rk = k.detach().requires_grad_();
       Tensor rv = v.detach().requires_grad_();
       const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
@@ -321,13 +307,13 @@ TEST_CASE("NaN inputs give NaN where the reference's results are NaN, never a ma
         const Tensor qd = q.to(dt), kd = k.to(dt), vd = v.to(dt);
         auto [out, stats] = sdpa_forward(qd, kd, vd, od);
         const SdpaGrads g = sdpa_backward(qd, kd, vd, out, dout.to(dt), stats, od);
-        CHECK(nan_at(out) == nan_at(ref.out));
-        CHECK(hidden_at(stats) == hidden_at(ref.stats));
-        CHECK(nan_at(g.dq) == nan_at(rg[0]));
+        CHECK(nan_positions(out) == nan_positions(ref.out));
+        CHECK(neg_inf_positions(stats) == neg_inf_positions(ref.stats));
+        CHECK(nan_positions(g.dq) == nan_positions(rg[0]));
         // dk and dv: NaN at least where the reference's are (with a NaN in the mask the kernels
         // make the whole row of P NaN, as the CUDA kernels do, and so every key's dK).
-        CHECK(covers(nan_at(g.dk), nan_at(rg[1])));
-        CHECK(covers(nan_at(g.dv), nan_at(rg[2])));
+        CHECK(covers(nan_positions(g.dk), nan_positions(rg[1])));
+        CHECK(covers(nan_positions(g.dv), nan_positions(rg[2])));
       }
     }
   }

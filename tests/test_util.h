@@ -68,6 +68,24 @@ inline double rel_error(const tg::Tensor& got, const tg::Tensor& want) {
   return scale > 0 ? err / scale : err;
 }
 
+// Which elements of t are NaN, and which are -inf (an SDPA row that sees no key has stats -inf).
+inline std::vector<bool> nan_positions(const tg::Tensor& t) {
+  std::vector<bool> n;
+  for (double x : t.to(tg::kCPU).to(tg::kFloat64).to_vector<double>()) n.push_back(std::isnan(x));
+  return n;
+}
+inline std::vector<bool> neg_inf_positions(const tg::Tensor& t) {
+  std::vector<bool> n;
+  for (double x : t.to(tg::kCPU).to(tg::kFloat64).to_vector<double>()) n.push_back(x == -INFINITY);
+  return n;
+}
+// A float64 CPU copy of t with element `at` (in row-major order) NaN.
+inline tg::Tensor with_nan_at(const tg::Tensor& t, int64_t at) {
+  std::vector<double> x = t.to(tg::kFloat64).to_vector<double>();
+  x.at(static_cast<size_t>(at)) = NAN;
+  return tg::from_vector(x, t.sizes());
+}
+
 inline void check_close(const std::vector<double>& got, const std::vector<double>& want,
                         double tol = 1e-12) {
   REQUIRE(got.size() == want.size());
