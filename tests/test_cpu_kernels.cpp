@@ -179,6 +179,36 @@ TEST_CASE("tile_dots against a double loop: partial key groups, k of one vector 
   check_tile_dots<double>(1e-12);
 }
 
+// tile_dots_panels reads B's rows from panels of W columns (the backward's packing of K) and must
+// sum each score as tile_dots does from row-major rows, bit for bit: the SDPA backward
+// recomputes the forward's scores with it.
+template <class T>
+void check_tile_dots_panels() {
+  constexpr int64_t W = simd::kLanes<T>;
+  for (int64_t m : {1, 5}) {
+    for (int64_t n : {int64_t{3}, W + 2}) {
+      for (int64_t k : {W, 3 * W}) {
+        const int64_t rows = n + 4, panel = rows * W + 3 * W;  // panels padded apart
+        std::vector<T> a(m * k), b(rows * k), bp(k / W * panel, T(-1)), c1(m * 2 * W),
+            c2(m * 2 * W);
+        for (size_t i = 0; i < a.size(); ++i) a[i] = T(std::sin(0.37 * i)) * T(1e3);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = T(std::cos(0.11 * i)) * T(1e3);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t x = 0; x < k; ++x) bp[x / W * panel + r * W + x % W] = b[r * k + x];
+        tile_dots<T>(m, n, k, a.data(), k, b.data() + k, k, c1.data(), 2 * W);  // from row 1
+        tile_dots_panels<T>(m, n, k, a.data(), k, bp.data() + W, panel, c2.data(), 2 * W);
+        INFO("m=" << m << " n=" << n << " k=" << k);
+        CHECK(c1 == c2);
+      }
+    }
+  }
+}
+
+TEST_CASE("tile_dots_panels: the same bits as tile_dots on row-major rows") {
+  check_tile_dots_panels<float>();
+  check_tile_dots_panels<double>();
+}
+
 TEST_CASE("task_share: contiguous shares that cover every task once, balanced by cost") {
   const std::vector<std::vector<int64_t>> lists = {
       {},

@@ -343,6 +343,45 @@ TEST_CASE("edge cases: single query or key, huge scores, p = 0 and p near 1") {
   CHECK(rel_error(r.out, sdpa_reference(q, k, v, high).out) < 1e-10);
 }
 
+TEST_CASE("few query rows a head: the backward sees the forward's scores bit for bit") {
+  // Up to 8 query rows a head, every pass takes the scores as dot products of K's rows, whatever
+  // the threads and however many heads a forward tile stacks (scores_by_dots). At a softmax scale
+  // of 1e12 the float32 scores are ~1e12, where another order of summation differs by far more
+  // than exp's range: the backward's P = exp(S - lse) was inf, and so were the gradients. P is
+  // one-hot there, so dV is dO summed over the queries whose maximum each key is, as in the
+  // float64 reference; dq and dk stay finite (their exact values are float32's cancellation).
+  const int threads_before = get_num_threads();
+  for (int64_t sq : {1, 3, 8}) {
+    for (int64_t hk : {1, 4}) {
+      Tensor q = rnd({2, 8, sq, 16}, 1), k = rnd({2, hk, 40, 16}, 2), v = rnd({2, hk, 40, 16}, 3);
+      Tensor dout = rnd({2, 8, sq, 16}, 4);
+      SdpaOptions o;
+      o.scale = 1e12;
+      Tensor rq = q.detach().requires_grad_(), rk = k.detach().requires_grad_();
+      Tensor rv = v.detach().requires_grad_();
+      const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
+      const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {dout});
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(sq);
+        CAPTURE(hk);
+        CAPTURE(threads);
+        set_num_threads(threads);
+        Tensor q32 = q.to(kFloat32).requires_grad_(), k32 = k.to(kFloat32).requires_grad_();
+        Tensor v32 = v.to(kFloat32).requires_grad_();
+        const Tensor out = sdpa(q32, k32, v32, o).out;
+        const std::vector<Tensor> g = grad({out}, {q32, k32, v32}, {dout.to(kFloat32)});
+        for (const Tensor& t : g) {
+          const std::vector<float> x = t.to_vector<float>();
+          CHECK(std::all_of(x.begin(), x.end(), [](float e) { return std::isfinite(e); }));
+        }
+        CHECK(rel_error(out, ref.out) < 1e-6);
+        CHECK(rel_error(g[2], rg[2]) < 1e-6);
+      }
+    }
+  }
+  set_num_threads(threads_before);
+}
+
 TEST_CASE("dropout: keep rate within 4 sigma, one mask for forward, backward and the dump") {
   SdpaOptions o;
   o.dropout_p = 0.3;

@@ -154,10 +154,6 @@ inline ForwardTile forward_tile(const SdpaParams& p, const ForwardTiling& t, int
   return f;
 }
 
-// Tiles of up to this many rows take their scores as dot products of K's rows (tile_dots): a
-// transpose of K into panels costs more than the few rows' products it would feed.
-constexpr int64_t kDotRows = 8;
-
 // Where a key block's values are, for O += P V: `rows`, `ld` apart.
 template <class T>
 struct BlockValues {
@@ -176,7 +172,7 @@ BlockValues<T> block_scores(const SdpaParams& p, const ForwardTile& tile, int64_
   const int64_t Dqk = p.dim_qk(), dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
   const int64_t b = tile.b, hk = tile.hk, row0 = tile.seq.kv0 + j0;
   const int64_t* at = tile.kv_at ? tile.kv_at + j0 : nullptr;
-  if (R <= kDotRows) {
+  if (scores_by_dots(p)) {
     const T* k = rows_in_place<T>(p.k, b, hk, row0, at);
     int64_t ldk = p.k.strides[2];
     if (!k) {
@@ -358,8 +354,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const int64_t B = p.batch(), Hq = p.heads_q(), Hk = p.heads_kv(), G = Hq / Hk;
   const int64_t Skv = p.len_kv(), Dqk = p.dim_qk(), Dv = p.dim_v();
   const int64_t dq_p = packed_stride<T>(Dqk), dv_p = packed_stride<T>(Dv);
+  const int64_t dq_n = round_to_lanes<T>(Dqk);
   const T scale = static_cast<T>(p.scale);
   const bool dropout = p.dropout_p > 0;
+  const bool dots = scores_by_dots(p);                               // S as the forward summed it
   const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
@@ -434,7 +432,11 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             const int64_t j0 = jfirst + (backwards ? blocks - 1 - t : t) * kBc;
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             const int64_t jk = j0 - k0;  // the block's first key in the part's packing
-            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + jk * Dqk, Dqk * W, s, kLd, false);
+            if (dots) {
+              tile_dots_panels(rows, cols, dq_n, qs, dq_p, kr + jk * W, part_max * W, s, kLd);
+            } else {
+              tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + jk * Dqk, Dqk * W, s, kLd, false);
+            }
             finish_scores(p, seq, s, kLd, b, h, i0, rows, j0, cols, p.softcap > 0 ? th : nullptr);
             const T* P = s;
             if (plain) {

@@ -168,8 +168,9 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
   constexpr int64_t W = simd::kLanes<T>;
   const int64_t skv_p = packed_stride<T>(Skv), dq_p = packed_stride<T>(Dqk);
   const int64_t skv_r = round_to_lanes<T>(Skv), dv_p = packed_stride<T>(Dv);
+  const int64_t dq_n = round_to_lanes<T>(Dqk);
   const T scale = static_cast<T>(p.scale);
-  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0;
+  const bool dropout = p.dropout_p > 0, softcap = p.softcap > 0, dots = scores_by_dots(p);
   // With fewer than four kv heads a thread, each head's query tiles (over its G query heads)
   // are split into parts (parts_per_task), each a task with its own partial sums of ḡ(K) and
   // ḡ(V), added in part order at the end: a head per task ran a single kv head's double
@@ -241,7 +242,11 @@ void double_backward_typed(const SdpaParams& p, const SdpaDoubleGradViews& g) {
         for (int64_t j0 = j_first; j0 < range.hi; j0 += kBc) {  // sweep 1
           const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
           T* s = c.P + j0;
-          tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, skv_p, false);
+          if (dots) {  // S as the forward summed it
+            tile_dots(rows, cols, dq_n, qs, dq_p, kr + j0 * dq_p, dq_p, s, skv_p);
+          } else {
+            tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + j0 * Dqk, Dqk * W, s, skv_p, false);
+          }
           finish_scores(p, seq, s, skv_p, b, h, i0, rows, j0, cols, softcap ? c.th + j0 : nullptr);
           probabilities(s, skv_p, rows, cols, cp, st.lse);
           tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + j0 * Dv, Dv * W, c.dP + j0, skv_p,

@@ -20,6 +20,17 @@ namespace tg::cpu::sdpa_tiles {
 constexpr int64_t kBr = 64;   // query rows per tile
 constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
 
+// Whether a call's scores are dot products of K's rows (tile_dots) rather than tile products:
+// when a head has at most kDotRows query rows (decoding), few enough that transposing K into
+// panels for the tile products costs more than the products themselves. The forward, the
+// backward and the double backward all decide by this rule, from the call's shape alone (not
+// from the threads, nor from how many heads a forward tile stacks), so that the backward's
+// P = exp(S - lse) meets the forward's scores bit for bit. The two ways of summing round
+// differently, and with scores of 10^8 or more the difference outgrew exp's range: a finite
+// forward, then gradients of inf (float32, a few query rows, softmax scale 10^12).
+constexpr int64_t kDotRows = 8;
+inline bool scores_by_dots(const SdpaParams& p) { return p.len_q() <= kDotRows; }
+
 // Calls f(data) with v's elements typed as they are stored: T, or bfloat16/float16 for the
 // 16-bit views of a float32 kernel, converted as the tiles are loaded and rounded once as
 // they are stored (no float32 copies of whole tensors).

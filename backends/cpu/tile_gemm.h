@@ -200,16 +200,12 @@ constexpr int bit_reverse(int j, int w) {
 }
 }  // namespace tile_detail
 
-// C (m x n, row stride ldc) = A B^T for tiles of few rows: C(i, j) = row i of A (row stride lda)
-// dotted with row j of B (row stride ldb), k elements each, k a multiple of kLanes<T>. A
-// decoding step's scores, one or a few query rows against a block of keys, read K's rows where
-// they lie: as tile_gemm's B, K^T would take a transpose of every key (more time than the
-// products it feeds when each key meets one query row). W keys at a time, each a chain of
-// k / W FMAs, their W partial vectors reduced together by shuffles. C's columns [n,
-// round_to_lanes(n)) are written 0; B's rows past n are not read.
+namespace tile_detail {
+// tile_dots with B's row j holding its elements [x, x + W) at b + j * ldb + (x / W) * bk: bk = W
+// for row-major rows, the panel stride for rows packed in panels (load_rows_panels).
 template <class T>
 void tile_dots(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-               T* c, int64_t ldc) {
+               int64_t bk, T* c, int64_t ldc) {
   using V = simd::Vec<T>;
   constexpr int W = simd::kLanes<T>;
   for (int64_t j0 = 0; j0 < n; j0 += W) {
@@ -221,21 +217,44 @@ void tile_dots(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T
       if (keys == W) {
         for (int64_t x = 0; x < k; x += W) {
           const V av = simd::load(ai + x);
+          const T* bx = bj + x / W * bk;
 #pragma GCC unroll 16
-          for (int j = 0; j < W; ++j)
-            part[tile_detail::bit_reverse(j, W)] += av * simd::load(bj + j * ldb + x);
+          for (int j = 0; j < W; ++j) part[bit_reverse(j, W)] += av * simd::load(bx + j * ldb);
         }
       } else {
         for (int64_t x = 0; x < k; x += W) {
           const V av = simd::load(ai + x);
-          for (int j = 0; j < keys; ++j)
-            part[tile_detail::bit_reverse(j, W)] += av * simd::load(bj + j * ldb + x);
+          const T* bx = bj + x / W * bk;
+          for (int j = 0; j < keys; ++j) part[bit_reverse(j, W)] += av * simd::load(bx + j * ldb);
         }
       }
-      tile_detail::fold_all<T, W / 2>(part, W);
+      fold_all<T, W / 2>(part, W);
       simd::store(c + i * ldc + j0, part[0]);
     }
   }
+}
+}  // namespace tile_detail
+
+// C (m x n, row stride ldc) = A B^T for tiles of few rows: C(i, j) = row i of A (row stride lda)
+// dotted with row j of B (row stride ldb), k elements each, k a multiple of kLanes<T>. A
+// decoding step's scores, one or a few query rows against a block of keys, read K's rows where
+// they lie: as tile_gemm's B, K^T would take a transpose of every key (more time than the
+// products it feeds when each key meets one query row). W keys at a time, each a chain of
+// k / W FMAs, their W partial vectors reduced together by shuffles. C's columns [n,
+// round_to_lanes(n)) are written 0; B's rows past n are not read.
+template <class T>
+void tile_dots(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+               T* c, int64_t ldc) {
+  tile_detail::tile_dots(m, n, k, a, lda, b, ldb, simd::kLanes<T>, c, ldc);
+}
+
+// The same with B's rows packed in panels of W = kLanes<T> columns (load_rows_panels): element
+// x of row j at b[(x / W) * panel + j * W + x % W]. Each sum runs in tile_dots' order, so the
+// scores come out bit for bit as from row-major rows.
+template <class T>
+void tile_dots_panels(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                      int64_t panel, T* c, int64_t ldc) {
+  tile_detail::tile_dots(m, n, k, a, lda, b, simd::kLanes<T>, panel, c, ldc);
 }
 
 }  // namespace tg::cpu
