@@ -33,7 +33,10 @@ struct SdpaOptions {
 
 // A row that no key is visible to has out 0, stats -inf and zero gradients. A NaN in q, k, v or
 // a float mask gives NaN wherever it reaches, as in sdpa_reference: a row with a NaN score has
-// out NaN (and stats -inf, there being no finite logsumexp), and NaN gradients.
+// out NaN (and stats -inf, there being no finite logsumexp), and NaN gradients. On the CPU the
+// backward and double backward recompute each score as the forward summed it, bit for bit (for
+// up to 8 query rows a head, as dot products of K's rows in every pass, whatever the threads or
+// the batch), so their P = exp(S - stats) is the forward's, at any size of score.
 struct SdpaResult {
   Tensor out;  // (B, Hq, Sq, Dv); ragged: (Tq, Hq, Dv)
   // (B, Hq, Sq, 1) (ragged: (Tq, Hq, 1)): logsumexp of the masked scores, -inf for fully masked
