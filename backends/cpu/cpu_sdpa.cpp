@@ -385,12 +385,12 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       const SdpaSequence seq = sdpa_sequence(p, b);
       const int64_t k0 = std::min(part * part_keys, seq.rows_kv);
       const int64_t n = std::min(k0 + part_keys, seq.rows_kv) - k0;  // this part's keys
-      // The part's K^T, K and V^T (key k0 first), packed once for every query tile; dK and dV
-      // accumulators.
+      // The part's K^T (for scores by tile products), K and V^T (key k0 first), packed once for
+      // every query tile; dK and dV accumulators.
       T* kt = head.get(Dqk * part_r + part_max * dq_p + Dv * part_r + part_max * (dq_p + dv_p));
       T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = vt + Dv * part_r;
       T* dv = dk + part_max * dq_p;
-      load_transposed_panels(p.k, b, hk, seq.kv0 + k0, n, kt);
+      if (!dots) load_transposed_panels(p.k, b, hk, seq.kv0 + k0, n, kt);
       load_rows_panels(p.k, b, hk, seq.kv0 + k0, n, kr, dq_p, part_max * W);
       load_transposed_panels(p.v, b, hk, seq.kv0 + k0, n, vt);
       std::fill(dk, dk + part_max * (dq_p + dv_p), T(0));
