@@ -36,7 +36,9 @@ struct SdpaOptions {
 // out NaN (and stats -inf, there being no finite logsumexp), and NaN gradients. On the CPU the
 // backward and double backward recompute each score as the forward summed it, bit for bit (for
 // up to 8 query rows a head, as dot products of K's rows in every pass, whatever the threads or
-// the batch), so their P = exp(S - stats) is the forward's, at any size of score.
+// the batch), so their P = exp(S - stats) is the forward's, at any size of score. The CUDA
+// tensor-core kernels do not yet hold to that: scores of about 10^9 and beyond make their
+// gradients, and then their output, inf or NaN (docs/PERFORMANCE.md, session 51).
 struct SdpaResult {
   Tensor out;  // (B, Hq, Sq, Dv); ragged: (Tq, Hq, Dv)
   // (B, Hq, Sq, 1) (ragged: (Tq, Hq, 1)): logsumexp of the masked scores, -inf for fully masked
