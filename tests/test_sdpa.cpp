@@ -379,6 +379,18 @@ TEST_CASE("few query rows a head: the backward sees the forward's scores bit for
       }
     }
   }
+  // Nor do the forward's results depend on the threads: four query heads of one kv head at 3
+  // rows make a tile of 12 rows at 1 thread and of 6 at 2 and 3, which took tile products and
+  // dot products before the rule.
+  const Tensor q = rnd({1, 4, 3, 64}, 5).to(kFloat32), k = rnd({1, 1, 300, 64}, 6).to(kFloat32);
+  const Tensor v = rnd({1, 1, 300, 64}, 7).to(kFloat32);
+  set_num_threads(1);
+  const std::vector<float> one = sdpa(q, k, v).out.to_vector<float>();
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    CHECK(sdpa(q, k, v).out.to_vector<float>() == one);
+  }
   set_num_threads(threads_before);
 }
 
