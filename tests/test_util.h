@@ -79,6 +79,12 @@ inline std::vector<bool> neg_inf_positions(const tg::Tensor& t) {
   for (double x : t.to(tg::kCPU).to(tg::kFloat64).to_vector<double>()) n.push_back(x == -INFINITY);
   return n;
 }
+// Whether every element of t is finite.
+inline bool all_finite(const tg::Tensor& t) {
+  for (double x : t.to(tg::kCPU).to(tg::kFloat64).to_vector<double>())
+    if (!std::isfinite(x)) return false;
+  return true;
+}
 // A float64 CPU copy of t with element `at` (in row-major order) NaN.
 inline tg::Tensor with_nan_at(const tg::Tensor& t, int64_t at) {
   std::vector<double> x = t.to(tg::kFloat64).to_vector<double>();
