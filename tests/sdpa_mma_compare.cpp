@@ -243,4 +243,31 @@ void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& r
   if (gc.dmask.defined()) check_bounded("dmask", gc.dmask, gg.dmask, m.dmask, 8 * u, f.dmask);
 }
 
+void check_huge_scores(Device device, const RunSdpa& run) {
+  struct Kind {
+    const char* wgmma;
+    DType dt;
+  };
+  for (const Kind kind : {Kind{"off", kFloat32}, {"off", kBFloat16}, {"on", kBFloat16}}) {
+    const Wgmma mode(kind.wgmma);
+    for (const double scale : {1e9, 1e12}) {
+      INFO("wgmma " << std::string(kind.wgmma) << ", " << std::string(dtype_name(kind.dt))
+                    << ", scale " << scale);
+      SdpaOptions o;
+      o.scale = scale;
+      const Tensor q = tgtest::rnd({1, 2, 24, 64}, 1).to(kind.dt);
+      const Tensor k = tgtest::rnd({1, 2, 40, 64}, 2).to(kind.dt);
+      const Tensor v = tgtest::rnd({1, 2, 40, 64}, 3).to(kind.dt);
+      const Tensor dout = tgtest::rnd({1, 2, 24, 64}, 4).to(kind.dt);
+      const SdpaResult cpu = sdpa_forward(q, k, v, o);
+      const auto [r, g] = run(q.to(device), k.to(device), v.to(device), dout.to(device), o);
+      check_close("out", cpu.out, r.out, 4 * unit(kind.dt));
+      check_close("stats", cpu.stats, r.stats, 1e-5);
+      CHECK(tgtest::all_finite(g.dq));
+      CHECK(tgtest::all_finite(g.dk));
+      CHECK(tgtest::all_finite(g.dv));
+    }
+  }
+}
+
 }  // namespace sdpamma

@@ -123,4 +123,11 @@ using RunSdpa = std::function<std::pair<SdpaResult, SdpaGrads>(
 void compare_config(const Config& c, DType dt, uint64_t seed, std::mt19937_64& rng, Device device,
                     const RunSdpa& run);
 
+// Scores near 10^9 and 10^12 (softmax scales 1e9 and 1e12), in float32 and bfloat16 on
+// mma.sync and bfloat16 on warpgroup products: out within 4 units of the CPU's (each row's
+// probabilities are one-hot there, so out is its top key's value row), stats within 1e-5, and
+// every gradient finite (their values carry the rounding of products recomputed in another
+// order: ops/sdpa.h).
+void check_huge_scores(Device device, const RunSdpa& run);
+
 }  // namespace sdpamma

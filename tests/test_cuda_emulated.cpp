@@ -480,6 +480,12 @@ TEST_CASE("emulated tensor-core sdpa: a row's base maximum moves, and stays, as 
   }
 }
 
+TEST_CASE("emulated tensor-core sdpa: scores near 10^9 and 10^12 stay finite") {
+  // A probability's exponent once took the row's base rounded and its product unrounded: half
+  // an ulp apart, 512 at scores near 10^9, where exp2 overflowed (scale_huge_row).
+  check_huge_scores(kCPU, run_emulated);
+}
+
 TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN where the CPU does") {
   // ops/sdpa.h's rule: a row with a NaN score has out NaN, stats -inf and NaN gradients. A NaN
   // in a query row makes all its scores NaN, one in the float mask one score.

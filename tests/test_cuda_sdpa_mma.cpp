@@ -138,6 +138,15 @@ TEST_CASE("sdpa on the tensor cores: fully masked rows give zeros and -inf stati
   for (float s : res.stats.to_vector<float>()) CHECK(std::isinf(s));
 }
 
+TEST_CASE("sdpa on the tensor cores: scores near 10^9 and 10^12 stay finite") {
+  // The tensor-core kernels, then the float32 (SIMT) ones, whose backward caps P at 1 as well.
+  for (const bool tensor_cores : {true, false}) {
+    INFO("tensor cores " << tensor_cores);
+    const TensorCores mode(tensor_cores);
+    check_huge_scores(kCUDA, run_cuda);
+  }
+}
+
 TEST_CASE("sdpa on the tensor cores: the switch changes which kernels run") {
   // Off, bfloat16 runs the float32 kernels on widened copies; on, the tensor-core kernels, whose
   // P is rounded to bfloat16: both agree with the CPU, and with each other only to that

@@ -136,6 +136,18 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// The smaller of x and y, NaN where x is NaN (min.NaN: fminf would return y). One instruction
+// where the comparison and select take two.
+__device__ __forceinline__ float min_nan(float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float z;
+  asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(z) : "f"(x), "f"(y));
+  return z;
+#else
+  return x > y ? y : x;
+#endif
+}
+
 // p[0] += x and p[1] += y in global memory, each atomically (red.global.add: blocks add to the
 // same sums in whatever order they run); one 8-byte vector add from sm_90 on, where p must be
 // 8-byte aligned.

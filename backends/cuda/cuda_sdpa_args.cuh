@@ -132,7 +132,10 @@ __device__ __forceinline__ float score_grad(const Args<float, S>& a, int64_t b, 
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   float t = 0;
   const float s = valid ? a.score(b, h, i, j, dot, slope, sq, &t) : ninf;
-  const float p = s == ninf || lse == ninf ? 0.0f : scalar::exp_f32(s - lse);
+  // At most 1, as the forward's: at scores near 10^9 s and lse, rounded apart, can differ by
+  // more than exp's range (NaN kept).
+  const float d = s - lse;
+  const float p = s == ninf || lse == ninf ? 0.0f : scalar::exp_f32(d > 0.0f ? 0.0f : d);
   *pd = p;
   if (a.dropout_p > 0 && p != 0.0f) {
     const bool kept = a.keep(b, h, i, j);

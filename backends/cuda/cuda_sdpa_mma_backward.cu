@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
   mma::cp_async_commit();
 
   float lse[kM][2], dl[kM][2], lse_log2[kM][2];
+  bool lane_huge = false;
 #pragma unroll
   for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
@@ -65,8 +66,10 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
       lse[sl][r] = i < sq.rows_q ? a.stat(b, h, sq.q0 + i) : kNegInf;
       dl[sl][r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
       lse_log2[sl][r] = lse[sl][r] * kLog2e;
+      lane_huge |= huge_base(lse_log2[sl][r]);
     }
   }
+  const bool huge = warp_has_huge_base(lane_huge);  // rows whose products are rounded first
   const float scale_log2 = a.scale * kLog2e;
   // Under plain() options without dropout every tile recomputes P as the forward computed it
   // (exp2_ftz of the scaled product), and an edge tile then sets the dS of the keys a row does
@@ -91,11 +94,17 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
     for (int sl = 0; sl < kM; ++sl) {
       // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
       if (kPlainOnly || (plain && !(a.dropout_p > 0))) {
+        float mul[2] = {scale_log2, scale_log2};
+        if (huge) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            scale_huge_row<kN>(s[sl], r, lse_log2[sl][r], scale_log2, lse_log2[sl][r], &mul[r]);
+        }
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = mma::exp2_ftz(fmaf(s[sl][nt][e], scale_log2, -lse_log2[sl][e / 2]));
+            const float p = mma::exp2_ftz(fmaf(s[sl][nt][e], mul[e / 2], -lse_log2[sl][e / 2]));
             s[sl][nt][e] = p * (dp[sl][nt][e] - dl[sl][e / 2]);
           }
         }

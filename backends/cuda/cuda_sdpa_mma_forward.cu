@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
       l[sl][r] = 0.0f;
     }
   }
+  bool huge = false;  // some row of the warp has a huge base (scale_huge_row)
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1;
     const int64_t j0 = keys.first_key(it);
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
     // rescaling its accumulators. Each row decides alone, so its sums do not depend on the
     // other rows a warp holds.
     float alpha[kM][2], base[kM][2];
-    bool moved = false;
+    bool moved = false, lane_huge = false;
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
@@ -115,14 +116,26 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
         // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
         base[sl][r] = mr[sl][r] == kNegInf ? 0.0f : mr[sl][r];
         l[sl][r] *= alpha[sl][r];
+        lane_huge |= huge_base(base[sl][r]);
       }
-      // Raw products (plain options), or scores already (fmaf by 1 is the plain difference).
-      const float mul = raw ? scale_log2 : 1.0f;
+    }
+    const bool warp_moved = __any_sync(0xffffffffu, moved);
+    if (raw && warp_moved) huge = warp_has_huge_base(lane_huge);
+#pragma unroll
+    for (int sl = 0; sl < kM; ++sl) {
+      // Raw products (plain options), or scores already (fmaf by 1 is the plain difference);
+      // a row of huge raw products is scaled first.
+      float mul[2] = {raw ? scale_log2 : 1.0f, raw ? scale_log2 : 1.0f};
+      if (huge) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          scale_huge_row<kN>(s[sl], r, base[sl][r], scale_log2, kInf, &mul[r]);
+      }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[sl][nt][e] = mma::exp2_ftz(fmaf(s[sl][nt][e], mul, -base[sl][e / 2]));
+          s[sl][nt][e] = mma::exp2_ftz(fmaf(s[sl][nt][e], mul[e / 2], -base[sl][e / 2]));
           l[sl][e / 2] += s[sl][nt][e];
         }
       }
@@ -148,7 +161,7 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) to_a_fragment<S, kN>(pf[sl], nt, s[sl][nt]);
     }
-    if (__any_sync(0xffffffffu, moved)) {  // alpha is 1 where a row's base stayed
+    if (warp_moved) {  // alpha is 1 where a row's base stayed
 #pragma unroll
       for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll

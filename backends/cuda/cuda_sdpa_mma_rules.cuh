@@ -112,7 +112,10 @@ __device__ __forceinline__ void plain_grads_t(const Args<float, S>& a, const Sdp
     const float2 d = *reinterpret_cast<const float2*>(dl + q);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float p = mma::exp2_ftz(fmaf(st[nt][e], scale_log2, -(e % 2 ? l.y : l.x)));
+      // At most 1, as in the forward: the queries' statistics vary along the tile, so no
+      // row-wise rounding as scale_huge_row's; one min per element.
+      const float p =
+          mma::exp2_ftz(mma::min_nan(fmaf(st[nt][e], scale_log2, -(e % 2 ? l.y : l.x)), 0.0f));
       dpt[nt][e] = p * (dpt[nt][e] - (e % 2 ? d.y : d.x));
       st[nt][e] = p;
     }
@@ -147,7 +150,7 @@ template <class S>
 __device__ __forceinline__ float plain_score_grad(const Args<float, S>& a, int64_t b, int64_t h,
                                                   int64_t i, int64_t j, float dot, float dp,
                                                   float lse, float delta, float* pd) {
-  const float p = mma::exp2_ftz((dot - lse) * kLog2e);
+  const float p = mma::exp2_ftz(mma::min_nan((dot - lse) * kLog2e, 0.0f));  // at most 1
   *pd = p;
   if (a.dropout_p > 0 && p != 0.0f) {
     const bool kept = dropout_keeps(a, b, h, i, j);

@@ -64,11 +64,19 @@ constexpr int kPerCopy = 16 / static_cast<int>(sizeof(S));  // values in a 16-by
 template <class S, int kD>
 constexpr int kPitch = kD + kPerCopy<S>;  // a shared row: 16 bytes more than kD values
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNegInf = -kInf;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // The forward moves a row's base maximum when a tile exceeds it by more than this (log2 units).
 constexpr float kRescaleLog2 = 8.0f;
+// A probability is exp2_ftz(fmaf(s, scale_log2, -base)) of a raw product s: one instruction
+// before the exponential, but the product inside the fma is not rounded, while the base (the
+// row's largest product times scale_log2, or its statistic) is. The difference is half an
+// ulp of the base at most: below 2^-5 under this magnitude (log2 units), but 512 at 2^33
+// (scores near 10^9), where exp2 overflows to inf or gives 0 for the row's largest score.
+// Rows whose base is this large round their products first (scale_huge_row).
+constexpr float kHugeLog2 = 1048576.0f;  // 2^20
 
 // Which row views allow 16-byte copies (cp.async): unit inner stride, other strides multiples
 // of 16 bytes, 16-byte aligned data, widths multiples of 16 bytes.
@@ -464,6 +472,36 @@ __device__ __forceinline__ int frag_col(int nt, int e) {
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Whether a row's base (log2 units) is large enough to need its products rounded first:
+// finite and kHugeLog2 or more.
+__device__ __forceinline__ bool huge_base(float base) {
+  const float m = fabsf(base);
+  return m >= kHugeLog2 && m < kInf;
+}
+// Whether any of the warp's rows has such a base (the same in every lane). The kernels test
+// it once a tile, and compute it where the bases change (the forward: at the tiles that move
+// some row's base; the backward: once), so that the usual tile pays one uniform branch.
+__device__ __forceinline__ bool warp_has_huge_base(bool lane_has) {
+  return __any_sync(0xffffffffu, lane_has);
+}
+// Row r (elements 2 r and 2 r + 1 of each C fragment) of a tile's raw products s, where its base
+// is huge: each product scaled and rounded in place, at most `cap` (NaN kept); *mul, the
+// multiplier the exponent's fmaf takes afterwards, becomes 1. The forward's cap is +inf: a row's
+// largest rounded product, its base, then gives exactly 0, and the rest at most kRescaleLog2.
+// The backward caps at the row's statistic: P = 2^(s - lse) was at most 1 in the forward, and
+// products recomputed in another order may round above it.
+template <int kN>
+__device__ __forceinline__ void scale_huge_row(float (&s)[kN / 8][4], int r, float base,
+                                               float scale_log2, float cap, float* mul) {
+  if (!huge_base(base)) return;
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) s[nt][2 * r + c] = mma::min_nan(s[nt][2 * r + c] * scale_log2, cap);
+  }
+  *mul = 1.0f;
 }
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);

@@ -45,6 +45,7 @@ constexpr size_t smem_wg_dkv = wgmma::kAtomBytes + (2 * kBlockRows + 6 * kWalk64
 struct DqRows {
   int64_t row_w;
   float scale_log2, dl[2], lse_log2[2];
+  bool huge;  // some row of the warp has a huge statistic (scale_huge_row)
   template <class S>
   __device__ __forceinline__ DqRows(const Args<float, S>& a, const QueryBlock& qb, int64_t row)
       : row_w(row), scale_log2(a.scale * kLog2e) {
@@ -56,17 +57,24 @@ struct DqRows {
       lse_log2[r] = i < sq.rows_q ? a.stat(qb.b, qb.h, sq.q0 + i) * kLog2e : kNegInf;
       dl[r] = i < sq.rows_q ? a.delta[row_base + i] : 0.0f;
     }
+    huge = warp_has_huge_base(huge_base(lse_log2[0]) || huge_base(lse_log2[1]));
   }
   // S (raw products of keys j0 ..) into dS = P (dP - D) in place; 0 where a row sees no key.
   template <int kN, class S>
   __device__ __forceinline__ void scores_to_ds(const Args<float, S>& a, const SdpaSequence& sq,
                                                int64_t hi, int64_t j0, float (&s)[kN / 8][4],
                                                const float (&dp)[kN / 8][4]) const {
+    float mul[2] = {scale_log2, scale_log2};
+    if (huge) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        scale_huge_row<kN>(s, r, lse_log2[r], scale_log2, lse_log2[r], &mul[r]);
+    }
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -lse_log2[e / 2]));
+        const float p = mma::exp2_ftz(fmaf(s[nt][e], mul[e / 2], -lse_log2[e / 2]));
         s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
       }
     }

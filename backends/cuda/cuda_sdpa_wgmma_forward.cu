@@ -70,8 +70,9 @@ struct ForwardProducts {
 struct OnlineSoftmax {
   float scale_log2;
   float mr[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  bool huge = false;  // some row of the warp has a huge base (scale_huge_row)
   // The scores of one tile (keys j0 ..) into unnormalised probabilities, in place; alpha, each
-  // row's rescaling of the output so far. True when some row of the thread moved its base.
+  // row's rescaling of the output so far. True when some row of the warp moved its base.
   template <class S, int kN>
   __device__ __forceinline__ bool step(const Args<float, S>& a, const SdpaSequence& sq,
                                        int64_t row_w, int64_t hi, int64_t j0, float (&s)[kN / 8][4],
@@ -92,21 +93,28 @@ struct OnlineSoftmax {
       base[r] = mr[r] == kNegInf ? 0.0f : mr[r];
       l[r] *= alpha[r];
     }
+    const bool warp_moved = __any_sync(0xffffffffu, moved);
+    if (warp_moved) huge = warp_has_huge_base(huge_base(base[0]) || huge_base(base[1]));
+    float mul[2] = {scale_log2, scale_log2};
+    if (huge) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) scale_huge_row<kN>(s, r, base[r], scale_log2, kInf, &mul[r]);
+    }
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = mma::exp2_ftz(fmaf(s[nt][e], scale_log2, -base[e / 2]));
+        s[nt][e] = mma::exp2_ftz(fmaf(s[nt][e], mul[e / 2], -base[e / 2]));
         l[e / 2] += s[nt][e];
       }
     }
-    return moved;
+    return warp_moved;
   }
-  // O's rows scaled by alpha, where some row of the warp moved its base.
+  // O's rows scaled by alpha, where some row of the warp moved its base (step's result).
   template <int kD>
   static __device__ __forceinline__ void rescale(float (&o)[kD / 8][4], const float (&alpha)[2],
-                                                 bool moved) {
-    if (__any_sync(0xffffffffu, moved)) {
+                                                 bool warp_moved) {
+    if (warp_moved) {
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
 #pragma unroll

@@ -141,6 +141,9 @@ inline void atomic_add2(float* p, float x, float y) {
 inline void atomic_add(float* p, float x) { *p += x; }
 inline void atomic_add_u64(unsigned long long* p, unsigned long long x) { *p += x; }
 
+// min.NaN.f32: NaN where either is.
+inline float min_nan(float x, float y) { return x != x || y != y ? NAN : x > y ? y : x; }
+
 // ex2.approx.ftz.f32: results below the smallest normal float are 0.
 inline float exp2_ftz(float x) {
   const float y = std::exp2(x);
