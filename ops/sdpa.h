@@ -38,10 +38,10 @@ struct SdpaOptions {
 // up to 8 query rows a head, as dot products of K's rows in every pass, whatever the threads or
 // the batch), so their P = exp(S - stats) is the forward's, at any size of score. The CUDA
 // kernels keep out and stats as accurate as their scores at any size, and their gradients
-// finite (P at most 1). The tensor-core backward recomputes scores as other products and
-// reads the statistics back in log2 units, so its P carries their rounding: up to about 10%
-// at scores near 10^6 (a float's spacing there is 1/8 of a log2 unit), and from 10^8 on a
-// row's top key can get any P from 0 to 1.
+// finite (P at most 1). But the tensor-core backward recomputes scores as other products and
+// reads the statistics back in log2 units, so its P carries their rounding: from scores of
+// about 10^6, where a float's spacing reaches 1/8 of a log2 unit (2^(1/8): 9%), P drifts,
+// and from 10^8 on a row's top key can get any P from 0 to 1.
 struct SdpaResult {
   Tensor out;  // (B, Hq, Sq, Dv); ragged: (Tq, Hq, Dv)
   // (B, Hq, Sq, 1) (ragged: (Tq, Hq, 1)): logsumexp of the masked scores, -inf for fully masked

@@ -136,15 +136,15 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// The smaller of x and y, NaN where x is NaN (min.NaN: fminf would return y). One instruction
-// where the comparison and select take two.
+// The smaller of x and y, NaN where either is (min.NaN: fminf would return the other). One
+// instruction where a comparison and a select take two.
 __device__ __forceinline__ float min_nan(float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float z;
   asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(z) : "f"(x), "f"(y));
   return z;
 #else
-  return x > y ? y : x;
+  return x > y || y != y ? y : x;
 #endif
 }
 
