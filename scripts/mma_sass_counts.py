@@ -26,6 +26,8 @@ NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
 
 
 KERNEL_FILES = ("cuda_sdpa_mma_forward.cu", "cuda_sdpa_mma_backward.cu")
+# --dtype's names as the kernels' demangled template arguments read.
+CXX_TYPES = {"bfloat16": "__nv_bfloat16", "float": "float"}
 
 
 def specialise(tree):
@@ -42,6 +44,8 @@ def specialise(tree):
         # The forward's accumulators are rescaled only at tiles that move some row's base
         # maximum (by more than 2^8), rare after the first: the interior path skips it.
         s = s.replace("__any_sync(0xffffffffu, moved)", "false")
+        # Rows whose products are rounded first (scores near 10^6 and beyond) are rare too.
+        s = s.replace("warp_has_huge_base(lane_huge)", "false")
         open(cu, "w").write(s.replace("a.dropout_p > 0", "false"))
     tiles = os.path.join(tree, "backends/cuda/cuda_sdpa_mma_tiles.cuh")
     t = open(tiles).read().replace("\n  if (vec) {", "\n  if (true) {")
@@ -112,7 +116,7 @@ def main():
         # The kernels' last template argument is kPlainOnly: that kind only where there is one
         # (float32 has only the general kernels, specialised above to the same path).
         plain_kind = dtype == "bfloat16" and name.endswith(", false>")
-        if f"<{dtype}," not in name or "delta" in name or plain_kind:
+        if f"<{CXX_TYPES[dtype]}," not in name or "delta" in name or plain_kind:
             continue
         h = main_loop(ins)
         n = sum(h.values())
