@@ -11,8 +11,9 @@ accumulators' rescale is skipped), as all but the first few do.
   working tree, bfloat16; a revision from the split of cuda_sdpa_mma.cu into those files on;
   float: the 3xTF32 kernels, whose products split their float32 fragments into TF32 halves)
 
-Needs nvcc (sm_90) and cuobjdump: the toolkit's, or the nvidia-cuda-cuobjdump wheel
-(`pip download --no-deps nvidia-cuda-cuobjdump`, unzip, put its nvidia/cu13/bin on PATH).
+Needs nvcc (sm_90) and cuobjdump with nvdisasm: the toolkit's, or the nvidia-cuda-cuobjdump
+and nvidia-cuda-nvdisasm wheels (`pip download --no-deps nvidia-cuda-cuobjdump
+nvidia-cuda-nvdisasm`, unzip both, put their nvidia/cu13/bin on PATH).
 """
 import collections
 import os
