@@ -95,11 +95,7 @@ __global__ void __launch_bounds__(kBlockThreads, kDqBlocks<kD, kM, kPlainOnly>)
       // dS = P (dP - D), P = exp2(s scale log2 e - lse log2 e)
       if (kPlainOnly || (plain && !(a.dropout_p > 0))) {
         float mul[2] = {scale_log2, scale_log2};
-        if (huge) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            scale_huge_row<kN>(s[sl], r, lse_log2[sl][r], scale_log2, lse_log2[sl][r], &mul[r]);
-        }
+        scale_huge_rows<kN>(huge, s[sl], lse_log2[sl], scale_log2, true, mul);
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll

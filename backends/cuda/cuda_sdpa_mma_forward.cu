@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
     // rescaling its accumulators. Each row decides alone, so its sums do not depend on the
     // other rows a warp holds.
     float alpha[kM][2], base[kM][2];
-    bool moved = false, lane_huge = false;
+    bool moved = false;
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
 #pragma unroll
@@ -116,21 +116,21 @@ __global__ void __launch_bounds__(kBlockThreads, kForwardBlocks<kD, kM, kPlainOn
         // 0 while m = -inf, so that a hidden key's exp2_ftz(-inf - base) is 0
         base[sl][r] = mr[sl][r] == kNegInf ? 0.0f : mr[sl][r];
         l[sl][r] *= alpha[sl][r];
-        lane_huge |= huge_base(base[sl][r]);
       }
     }
     const bool warp_moved = __any_sync(0xffffffffu, moved);
-    if (raw && warp_moved) huge = warp_has_huge_base(lane_huge);
+    if (raw && warp_moved) {  // the bases changed: whether some row's is huge
+      bool lane_huge = false;
+#pragma unroll
+      for (int sl = 0; sl < kM; ++sl) lane_huge |= huge_base(base[sl][0]) || huge_base(base[sl][1]);
+      huge = warp_has_huge_base(lane_huge);
+    }
 #pragma unroll
     for (int sl = 0; sl < kM; ++sl) {
       // Raw products (plain options), or scores already (fmaf by 1 is the plain difference);
       // a row of huge raw products is scaled first.
       float mul[2] = {raw ? scale_log2 : 1.0f, raw ? scale_log2 : 1.0f};
-      if (huge) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          scale_huge_row<kN>(s[sl], r, base[sl][r], scale_log2, kInf, &mul[r]);
-      }
+      scale_huge_rows<kN>(huge, s[sl], base[sl], scale_log2, false, mul);
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll

@@ -503,6 +503,17 @@ __device__ __forceinline__ void scale_huge_row(float (&s)[kN / 8][4], int r, flo
   }
   *mul = 1.0f;
 }
+// scale_huge_row of both rows of s, where the warp has a huge base (`huge`): the forward's rows
+// uncapped, the backward's capped at their statistic, which is then `base` (cap_at_base).
+template <int kN>
+__device__ __forceinline__ void scale_huge_rows(bool huge, float (&s)[kN / 8][4],
+                                                const float (&base)[2], float scale_log2,
+                                                bool cap_at_base, float (&mul)[2]) {
+  if (!huge) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    scale_huge_row<kN>(s, r, base[r], scale_log2, cap_at_base ? base[r] : kInf, &mul[r]);
+}
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);

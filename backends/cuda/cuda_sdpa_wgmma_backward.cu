@@ -65,11 +65,7 @@ struct DqRows {
                                                int64_t hi, int64_t j0, float (&s)[kN / 8][4],
                                                const float (&dp)[kN / 8][4]) const {
     float mul[2] = {scale_log2, scale_log2};
-    if (huge) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        scale_huge_row<kN>(s, r, lse_log2[r], scale_log2, lse_log2[r], &mul[r]);
-    }
+    scale_huge_rows<kN>(huge, s, lse_log2, scale_log2, true, mul);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll

@@ -96,10 +96,7 @@ struct OnlineSoftmax {
     const bool warp_moved = __any_sync(0xffffffffu, moved);
     if (warp_moved) huge = warp_has_huge_base(huge_base(base[0]) || huge_base(base[1]));
     float mul[2] = {scale_log2, scale_log2};
-    if (huge) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) scale_huge_row<kN>(s, r, base[r], scale_log2, kInf, &mul[r]);
-    }
+    scale_huge_rows<kN>(huge, s, base, scale_log2, false, mul);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
