@@ -20,6 +20,20 @@ namespace tg {
 
 namespace {
 
+// softmax's (or log_softmax's) gradient from its output y through the backend's fused kernel,
+// dim d moved last; undefined where the backend lacks it or y is 16-bit (the composite then).
+Tensor softmax_backward_fused(const Tensor& y, const Tensor& g, int64_t d, bool log) {
+  const int64_t last = y.dim() - 1;
+  if (y.dim() == 0 || y.numel() == 0 || g.dtype() != y.dtype()) return {};
+  const Tensor yc = (d == last ? y : y.transpose(d, last)).contiguous();
+  const Tensor gc = (d == last ? g : g.transpose(d, last)).contiguous();
+  Tensor dx = Tensor::empty_like_shape(yc.sizes(), y.dtype(), y.device());
+  if (!detail::backend_of(y).softmax_backward(detail::view_of(yc), detail::view_of(gc),
+                                              detail::view_of(dx), log))
+    return {};
+  return d == last ? dx : dx.transpose(d, last);
+}
+
 // One fused kernel over rows (the dim moved last); the backward from the saved output:
 // softmax y (g - sum(g y)), log_softmax g - exp(y) sum(g).
 Tensor softmax_impl(const Tensor& input, int64_t dim, bool log, const char* op) {
@@ -36,6 +50,10 @@ Tensor softmax_impl(const Tensor& input, int64_t dim, bool log, const char* op) 
     SavedTensor saved(out, SavedTensor::Role::Output);
     record(op, {x}, {&out}, [saved, d, log, op](const std::vector<Tensor>& g) {
       Tensor y = saved.unpack(op);
+      if (!grad_enabled() && fused_kernels()) {  // one pass over each row (create_graph: below)
+        if (Tensor dx = softmax_backward_fused(y, g[0], d, log); dx.defined())
+          return std::vector<Tensor>{dx};
+      }
       if (log) return std::vector<Tensor>{sub(g[0], mul(exp(y), sum(g[0], {d}, true)))};
       return std::vector<Tensor>{mul(y, sub(g[0], sum(mul(g[0], y), {d}, true)))};
     });

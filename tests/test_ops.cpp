@@ -292,6 +292,69 @@ TEST_CASE("softmax and log_softmax (one fused kernel) against exp(x - logsumexp(
   tgtest::check_throws_with_prefix([] { log_softmax(zeros({2}, kInt64), 0); }, "[log_softmax]");
 }
 
+TEST_CASE("softmax over long rows: whole vectors and a tail, float32 against float64") {
+  // 100 columns: whole vectors of every width, then a tail; dim 0 runs through the transpose.
+  std::vector<double> v = tgtest::rnd({6, 100}, 11, -30, 30).to_vector<double>();
+  v[1 * 100 + 3] = -INFINITY;                                // row 1: one hidden entry
+  for (int i = 0; i < 100; ++i) v[2 * 100 + i] = -INFINITY;  // row 2: all hidden
+  v[3 * 100 + 99] = INFINITY;                                // row 3: a +inf
+  v[4 * 100 + 50] = NAN;                                     // row 4: a NaN
+  const Tensor x = from_vector(v, {6, 100});
+  for (bool log : {false, true}) {
+    INFO("log " << log);
+    auto f = [log](const Tensor& t, int64_t dim) {
+      return log ? log_softmax(t, dim) : softmax(t, dim);
+    };
+    const Tensor lse = logsumexp(x, {1}, true);  // the composed formula, in float64
+    const std::vector<double> want = (log ? sub(x, lse) : exp(sub(x, lse))).to_vector<double>();
+    const std::vector<double> got = f(x.to(kFloat32), 1).to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+      if (std::isnan(want[i]) || std::isinf(want[i])) {
+        CHECK((got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))));
+      } else {
+        CHECK(std::abs(got[i] - want[i]) <= 2e-6 * (1 + std::abs(want[i])));
+      }
+    }
+    // As exp(x - logsumexp(x)): rows 2 and 4 NaN throughout, row 3 NaN at its +inf and 0
+    // (log_softmax: -inf) elsewhere.
+    CHECK(std::isnan(got[2 * 100 + 7]));
+    CHECK(std::isnan(got[4 * 100 + 7]));
+    CHECK(std::isnan(got[3 * 100 + 99]));
+    CHECK(got[3 * 100 + 7] == (log ? -INFINITY : 0.0));
+    CHECK(got[1 * 100 + 3] == (log ? -INFINITY : 0.0));
+    const std::vector<double> by_dim1 = f(x, 1).to_vector<double>();
+    const std::vector<double> by_dim0 =
+        f(x.transpose(0, 1), 0).transpose(0, 1).contiguous().to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("element " << i);
+      CHECK((by_dim0[i] == by_dim1[i] || (std::isnan(by_dim0[i]) && std::isnan(by_dim1[i]))));
+      if (!std::isnan(want[i]) && !std::isinf(want[i]))
+        CHECK(std::abs(by_dim1[i] - want[i]) <= 1e-14 * (1 + std::abs(want[i])));
+    }
+  }
+}
+
+TEST_CASE("softmax's fused backward against its composite formula") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    for (bool log : {false, true}) {
+      for (int64_t dim : {1, 0}) {
+        INFO(dt << " log " << log << " dim " << dim);
+        std::vector<double> v = tgtest::rnd({5, 37}, 3, -4, 4).to_vector<double>();
+        v[2 * 37 + 5] = -INFINITY;  // a hidden entry: y 0 (log_softmax: -inf)
+        Tensor x = from_vector(v, {5, 37}).to(dt).requires_grad_(true);
+        Tensor g = tgtest::rnd({5, 37}, 4).to(dt);
+        auto grad_of = [&](bool fused) {
+          FusedKernelsGuard mode(fused);
+          Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+          return tg::grad({y}, {x}, {g})[0].to_vector<double>();
+        };
+        check_close(grad_of(true), grad_of(false), dt == kFloat64 ? 1e-13 : 2e-6);
+      }
+    }
+  }
+}
+
 TEST_CASE("softmax, log_softmax, cross_entropy spot values") {
   Tensor x = from_vector(std::vector<double>{1, 2, 3, 1, 1, 1}, {2, 3});
   double z = std::exp(1) + std::exp(2) + std::exp(3);

@@ -5,22 +5,68 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd.h"
 #include "backends/half_kernels.h"
 #include "backends/scalar_ops.h"
 
 namespace tg::cpu {
 
 namespace {
-// log(sum(exp(x - m))) + m over a row, m its max (0 when not finite): a row of -inf gives
-// NaN, as the composed formula does.
+// A row's largest element, whole vectors first (a NaN may be dropped or kept: either way it
+// reaches the row's sum below, which makes every result of the row NaN).
+template <class T>
+T row_max(const T* x, int64_t c) {
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
+  T m = -INFINITY;
+  int64_t i = 0;
+  if (c >= W) {
+    V vm = simd::load(x);
+    for (i = W; i + W <= c; i += W) vm = simd::max(vm, simd::load(x + i));
+    m = simd::reduce_max(vm);
+  }
+  for (; i < c; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// sum(exp(x - m)) over a row, whole vectors at a time (lane sums, then the lanes, then the
+// tail), writing each exp to e[i] when e is given. A scalar sum left the loop unvectorized
+// (float addition does not reassociate): softmax over 4096 x 1024 ran at 0.26x PyTorch's on two
+// Intel AVX-512 cores, its exp computed twice.
+template <class T>
+T row_exp_sum(const T* x, int64_t c, T m, T* e) {
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
+  const V vm = simd::splat(m);
+  V vs{};
+  int64_t i = 0;
+  for (; i + W <= c; i += W) {
+    const V v = simd::exp<T>(simd::load(x + i) - vm);
+    if (e) simd::store(e + i, v);
+    vs += v;
+  }
+  T sum = simd::reduce_sum(vs);
+  for (; i < c; ++i) {
+    const T v = scalar::exp_any(x[i] - m);
+    if (e) e[i] = v;
+    sum += v;
+  }
+  return sum;
+}
+
+// The max a row's exps are taken against: its largest element, or 0 when that is not finite
+// (a row of -inf then sums to 0 and gives NaN, as the composed formula does).
+template <class T>
+T row_shift(const T* x, int64_t c) {
+  const T m = row_max(x, c);
+  return std::isfinite(m) ? m : T(0);
+}
+
+// log(sum(exp(x - m))) + m over a row.
 template <class T>
 T row_logsumexp(const T* x, int64_t c) {
-  T m = -INFINITY;
-  for (int64_t i = 0; i < c; ++i) m = x[i] > m ? x[i] : m;
-  if (!std::isfinite(m)) m = 0;
-  T sum = 0;
-  for (int64_t i = 0; i < c; ++i) sum += scalar::exp_any(x[i] - m);
-  return std::log(sum) + m;
+  const T m = row_shift(x, c);
+  return std::log(row_exp_sum<T>(x, c, m, nullptr)) + m;
 }
 }  // namespace
 
@@ -28,6 +74,8 @@ void CpuBackend::softmax(const View& x, const View& out, bool log) {
   if (half_kernels::softmax(*this, kCPU, x, out, log)) return;
   dispatch_float(x.dtype, [&](auto t) {
     using T = decltype(t);
+    using V = simd::Vec<T>;
+    constexpr int64_t W = simd::kLanes<T>;
     const int64_t c = x.sizes.back(), rows = c ? x.numel() / c : 0;
     const T* xp = static_cast<const T*>(x.data);
     T* op = static_cast<T*>(out.data);
@@ -35,14 +83,52 @@ void CpuBackend::softmax(const View& x, const View& out, bool log) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = xp + r * c;
       T* o = op + r * c;
-      const T lse = row_logsumexp(xr, c);
       if (log) {
+        const T lse = row_logsumexp(xr, c);
         for (int64_t i = 0; i < c; ++i) o[i] = xr[i] - lse;
-      } else {
-        for (int64_t i = 0; i < c; ++i) o[i] = scalar::exp_any(xr[i] - lse);
+        continue;
       }
+      // exp(x - m) written once, then scaled by 1 / sum: a sum of 0 (all -inf) or inf (a +inf)
+      // gives NaN as exp(x - logsumexp(x)) does, and a NaN anywhere makes the sum NaN.
+      const T inv = T(1) / row_exp_sum<T>(xr, c, row_shift(xr, c), o);
+      const V vinv = simd::splat(inv);
+      int64_t i = 0;
+      for (; i + W <= c; i += W) simd::store(o + i, simd::load(o + i) * vinv);
+      for (; i < c; ++i) o[i] *= inv;
     }
   });
+}
+
+bool CpuBackend::softmax_backward(const View& y, const View& g, const View& dx, bool log) {
+  if (y.dtype != kFloat32 && y.dtype != kFloat64) return false;
+  dispatch_float(y.dtype, [&](auto t) {
+    using T = decltype(t);
+    using V = simd::Vec<T>;
+    constexpr int64_t W = simd::kLanes<T>;
+    const int64_t c = y.sizes.back(), rows = c ? y.numel() / c : 0;
+    const T* yp = static_cast<const T*>(y.data);
+    const T* gp = static_cast<const T*>(g.data);
+    T* dp = static_cast<T*>(dx.data);
+#pragma omp parallel for schedule(static) if (rows * c > 32768)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *yr = yp + r * c, *gr = gp + r * c;
+      T* d = dp + r * c;
+      // sum(g y) for softmax, sum(g) for log_softmax: lane sums, then the lanes, then the tail.
+      V vs{};
+      int64_t i = 0;
+      for (; i + W <= c; i += W)
+        vs += log ? simd::load(gr + i) : simd::load(gr + i) * simd::load(yr + i);
+      T sum = simd::reduce_sum(vs);
+      for (; i < c; ++i) sum += log ? gr[i] : gr[i] * yr[i];
+      const V vsum = simd::splat(sum);
+      for (i = 0; i + W <= c; i += W) {
+        const V yv = simd::load(yr + i), gv = simd::load(gr + i);
+        simd::store(d + i, log ? gv - simd::exp<T>(yv) * vsum : yv * (gv - vsum));
+      }
+      for (; i < c; ++i) d[i] = log ? gr[i] - scalar::exp_any(yr[i]) * sum : yr[i] * (gr[i] - sum);
+    }
+  });
+  return true;
 }
 
 bool CpuBackend::cross_entropy_forward(const View& logits, const View& targets,
