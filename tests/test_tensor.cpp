@@ -106,6 +106,36 @@ TEST_CASE("contiguous copies strided data in row-major order") {
   CHECK(e.strides() == Shape{3, 1});
 }
 
+TEST_CASE("contiguous copies of large transposes (the CPU's tiled path), converting too") {
+  // 70 x 130 planes: whole tiles and partial ones on both dims; the batch dim outermost.
+  const int64_t B = 3, R = 70, C = 130;
+  Tensor x = arange(B * R * C, kInt64).reshape({B, R, C});
+  auto want = [&](int64_t b, int64_t c, int64_t r) { return (b * R + r) * C + c; };
+  const std::vector<int64_t> t = x.transpose(1, 2).contiguous().to_vector<int64_t>();
+  const std::vector<float> f = x.transpose(1, 2).to(kFloat32).to_vector<float>();
+  const std::vector<int64_t> n = neg(x.transpose(1, 2)).to_vector<int64_t>();
+  REQUIRE(t.size() == static_cast<size_t>(B * R * C));
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t r = 0; r < R; ++r) {
+        const size_t i = static_cast<size_t>((b * C + c) * R + r);
+        const int64_t w = want(b, c, r);
+        wrong += t[i] != w || f[i] != static_cast<float>(w) || n[i] != -w;
+      }
+    }
+  }
+  CHECK(wrong == 0);
+  // (C, B, R) from (B, R, C): x's unit-stride dim outermost, the batch dim between.
+  const std::vector<int64_t> p = x.permute({2, 0, 1}).contiguous().to_vector<int64_t>();
+  int64_t wrong_p = 0;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = 0; r < R; ++r)
+        wrong_p += p[static_cast<size_t>((c * B + b) * R + r)] != want(b, c, r);
+  CHECK(wrong_p == 0);
+}
+
 TEST_CASE("dtype conversion and read-back") {
   Tensor x = from_vector(std::vector<double>{1.7, -2.2, 0.0}, {3});
   CHECK(x.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{1, -2, 0});
