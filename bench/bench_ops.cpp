@@ -117,6 +117,28 @@ static int run(const bench::Args& args) {
       0);
   tg::Tensor mt = m.transpose(0, 1);
   row("transpose_copy_f32_1024x4096", time_ms([&] { mt.contiguous(); }), 0);
+  // Ops whose operands are not plain rows: a reduction across rows, a max along them, an
+  // operand read transposed, a broadcast row; and the two fused training kernels with a
+  // PyTorch counterpart, each forward and backward.
+  row("sum_dim0_f32_4096x1024", time_ms([&] { tg::sum(m, {0}); }), 0);
+  row("max_lastdim_f32_4096x1024", time_ms([&] { tg::max(m, {1}); }), 0);
+  tg::Tensor m2 = tg::randn({1024, 4096}, gen).to(dev);
+  row("add_transposed_f32_4096x1024", time_ms([&] { tg::add(m, m2.transpose(0, 1)); }), 0);
+  tg::Tensor w = tg::randn({1024}, gen).to(dev);
+  row("mul_row_broadcast_f32_4096x1024", time_ms([&] { tg::mul(m, w); }), 0);
+  tg::Tensor wg = w.detach().requires_grad_();
+  row("rms_norm_fwd_bwd_f32_4096x1024", time_ms([&] {
+        tg::rms_norm(mg, wg, 1e-6).backward(gout);
+        mg.zero_grad();
+        wg.zero_grad();
+      }),
+      0);
+  tg::Tensor targets = tg::mul(tg::rand({4096}, gen), 1023.99).to(tg::kInt64).to(dev);
+  row("cross_entropy_fwd_bwd_f32_4096x1024", time_ms([&] {
+        tg::cross_entropy(mg, targets).backward();
+        mg.zero_grad();
+      }),
+      0);
   return 0;
 }
 

@@ -42,6 +42,27 @@ def torch_cases(device):
     cases["softmax_fwd_bwd_f32_4096x1024"] = fwd_bwd
     mt = m.t()
     cases["transpose_copy_f32_1024x4096"] = lambda: mt.contiguous()
+    cases["sum_dim0_f32_4096x1024"] = lambda: m.sum(0)
+    cases["max_lastdim_f32_4096x1024"] = lambda: m.amax(1)
+    m2 = randn(1024, 4096)
+    cases["add_transposed_f32_4096x1024"] = lambda: m + m2.t()
+    w = randn(1024)
+    cases["mul_row_broadcast_f32_4096x1024"] = lambda: m * w
+    wg = w.clone().requires_grad_()
+
+    def rms_norm_fwd_bwd():
+        torch.nn.functional.rms_norm(mg, (1024,), wg, 1e-6).backward(gout)
+        mg.grad = None
+        wg.grad = None
+
+    cases["rms_norm_fwd_bwd_f32_4096x1024"] = rms_norm_fwd_bwd
+    targets = torch.randint(0, 1024, (4096,), generator=g).to(device)
+
+    def cross_entropy_fwd_bwd():
+        torch.nn.functional.cross_entropy(mg, targets).backward()
+        mg.grad = None
+
+    cases["cross_entropy_fwd_bwd_f32_4096x1024"] = cross_entropy_fwd_bwd
     if device == "cuda":  # time the work, not the launch
         cases = {k: (lambda f=f: (f(), torch.cuda.synchronize())) for k, f in cases.items()}
     return cases

@@ -292,6 +292,45 @@ TEST_CASE("softmax and log_softmax (one fused kernel) against exp(x - logsumexp(
   tgtest::check_throws_with_prefix([] { log_softmax(zeros({2}, kInt64), 0); }, "[log_softmax]");
 }
 
+TEST_CASE("sums across rows add each output's elements in order, bit for bit") {
+  // Magnitudes from 1e-3 to 1e3, so that another order of addition would round differently.
+  const int64_t R = 37, A = 5, C = 70;
+  std::vector<double> v = tgtest::rnd({R, A, C}, 21).to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] *= std::pow(10.0, static_cast<double>(i % 7) - 3);
+  const Tensor x = from_vector(v, {R, A, C}).to(kFloat32);
+  const std::vector<float> xf = x.to_vector<float>();
+  auto at = [&](int64_t r, int64_t a, int64_t c) {
+    return xf[static_cast<size_t>((r * A + a) * C + c)];
+  };
+  // Over dim 0: out (A, C), each a running float sum over r.
+  const std::vector<float> s0 = sum(x, {0}).to_vector<float>();
+  // Over dims 0 and 1: per r the partial sum over a, then those partials in order of r.
+  const std::vector<float> s01 = sum(x, {0, 1}).to_vector<float>();
+  // x's unit-stride dim kept but not last: (R, C, A) with strides (A C, 1, C), over dim 0.
+  const std::vector<float> sp = sum(x.permute({0, 2, 1}), {0}).to_vector<float>();
+  int64_t wrong = 0;
+  for (int64_t a = 0; a < A; ++a) {
+    for (int64_t c = 0; c < C; ++c) {
+      float want = 0;
+      for (int64_t r = 0; r < R; ++r) want += at(r, a, c);
+      wrong += s0[static_cast<size_t>(a * C + c)] != want;
+      wrong += sp[static_cast<size_t>(c * A + a)] != want;
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    float want = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      float part = 0;
+      for (int64_t a = 0; a < A; ++a) part += at(r, a, c);
+      want += part;
+    }
+    wrong += s01[static_cast<size_t>(c)] != want;
+  }
+  CHECK(wrong == 0);
+  // No rows: zeros.
+  CHECK(sum(zeros({0, C}, kFloat32), {0}).to_vector<float>() == std::vector<float>(C, 0.0f));
+}
+
 TEST_CASE("softmax over long rows: whole vectors and a tail, float32 against float64") {
   // 100 columns: whole vectors of every width, then a tail; dim 0 runs through the transpose.
   std::vector<double> v = tgtest::rnd({6, 100}, 11, -30, 30).to_vector<double>();
