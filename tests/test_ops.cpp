@@ -331,6 +331,51 @@ TEST_CASE("sums across rows add each output's elements in order, bit for bit") {
   CHECK(sum(zeros({0, C}, kFloat32), {0}).to_vector<float>() == std::vector<float>(C, 0.0f));
 }
 
+TEST_CASE("max, min and argmax over long rows: the scan's first extremum, NaN first") {
+  // Rows of 77 (whole vectors of every width and a tail) with small integers, so that the
+  // extremum repeats; then rows with a NaN (in the vectors, in the tail), with -0 before +0,
+  // and all -inf.
+  const int64_t R = 9, C = 77;
+  std::vector<double> v = tgtest::rnd({R, C}, 5, -4, 4).to_vector<double>();
+  for (double& e : v) e = std::round(e);
+  v[1 * C + 40] = NAN;
+  v[1 * C + 56] = NAN;  // the same lane as 40 for 4, 8 and 16 lanes
+  v[2 * C + 75] = NAN;
+  for (int64_t c = 0; c < C; ++c) v[3 * C + c] = c % 5 == 1 ? -0.0 : (c % 5 == 3 ? 0.0 : -1.0);
+  for (int64_t c = 0; c < C; ++c) v[4 * C + c] = -INFINITY;
+  v[5 * C + 76] = 9;  // the largest last
+  for (DType dt : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(v, {R, C}).to(dt);
+    for (bool is_max : {true, false}) {
+      INFO(dt << (is_max ? " max" : " min"));
+      const std::vector<double> got = (is_max ? max(x, {1}) : min(x, {1})).to_vector<double>();
+      const std::vector<int64_t> arg =
+          is_max ? argmax(x, 1).to_vector<int64_t>() : std::vector<int64_t>{};
+      for (int64_t r = 0; r < R; ++r) {
+        INFO("row " << r);
+        double acc = is_max ? -INFINITY : INFINITY;
+        int64_t best = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double e = v[static_cast<size_t>(r * C + c)];
+          if (e != e) {
+            acc = e;
+            best = c;
+            break;
+          }
+          if (is_max ? e > acc : e < acc) {
+            acc = e;
+            best = c;
+          }
+        }
+        const double g = got[static_cast<size_t>(r)];
+        CHECK(((g == acc && std::signbit(g) == std::signbit(acc)) ||
+               (std::isnan(g) && std::isnan(acc))));
+        if (is_max) CHECK(arg[static_cast<size_t>(r)] == best);
+      }
+    }
+  }
+}
+
 TEST_CASE("softmax over long rows: whole vectors and a tail, float32 against float64") {
   // 100 columns: whole vectors of every width, then a tail; dim 0 runs through the transpose.
   std::vector<double> v = tgtest::rnd({6, 100}, 11, -30, 30).to_vector<double>();

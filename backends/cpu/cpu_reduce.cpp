@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd.h"
 #include "backends/reduce_dims.h"
 #include "core/tensor.h"  // get_num_threads
 
@@ -67,6 +68,62 @@ bool sum_across_rows(const ReduceDims& rd, const T* xp, T* op) {
   return true;
 }
 
+// A contiguous row's first NaN, or else the first of its largest (smallest) elements: what the
+// plain loop's scan finds, from whole vectors. The scan, a compare and a branch per element,
+// took 2.0 ms over the rows of a 4096 x 1024 float32 matrix on two Intel AVX-512 cores (0.2x
+// PyTorch's). Each lane keeps its extremum, the vector where it first took it and where it
+// first saw a NaN; then the lanes are merged (the smallest index among those holding the
+// extremum: -0 before +0 as in the scan) and the tail scanned.
+template <class T>
+struct RowExtremum {
+  T value;
+  int64_t index;
+  bool nan;
+};
+template <class T, bool is_max>
+RowExtremum<T> row_extremum(const T* row, int64_t n) {
+  using V = simd::Vec<T>;
+  using Index = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;  // as many lanes as V
+  using I = simd::Vec<Index>;
+  constexpr int64_t W = simd::kLanes<T>;
+  constexpr T start =
+      is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  V ext = simd::splat(start);
+  I at = simd::splat(Index(0)), nan_at = simd::splat(Index(-1));
+  int64_t i = 0;
+  for (Index k = 0; i + W <= n; i += W, ++k) {
+    const V v = simd::load(row + i);
+    const I kv = simd::splat(k);
+    const auto better = is_max ? v > ext : v < ext;
+    ext = better ? v : ext;
+    at = better ? kv : at;
+    nan_at = (v != v) & (nan_at < 0) ? kv : nan_at;
+  }
+  int64_t first_nan = -1;
+  T m = start;
+  for (int l = 0; l < W; ++l) {
+    if (nan_at[l] >= 0 && (first_nan < 0 || nan_at[l] * W + l < first_nan))
+      first_nan = nan_at[l] * W + l;
+    m = (is_max ? ext[l] > m : ext[l] < m) ? ext[l] : m;
+  }
+  if (first_nan >= 0) return {row[first_nan], first_nan, true};
+  int64_t index = 0;
+  if (m != start) {
+    index = n;
+    for (int l = 0; l < W; ++l)
+      if (ext[l] == m) index = std::min<int64_t>(index, int64_t{at[l]} * W + l);
+    m = row[index];
+  }
+  for (; i < n; ++i) {
+    if (row[i] != row[i]) return {row[i], i, true};
+    if (is_max ? row[i] > m : row[i] < m) {
+      m = row[i];
+      index = i;
+    }
+  }
+  return {m, index, false};
+}
+
 template <class T, class Acc>
 void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) {
   const ReduceDims rd = split_reduce_dims(x, out);
@@ -121,7 +178,21 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
           for (int64_t i = 0; i < inner; ++i) s += static_cast<Acc>(row[i * inner_st]);
         }
         acc += s;
-      } else {
+      } else if (seen_nan) {
+        break;
+      } else if constexpr (std::is_same_v<T, Acc>) {
+        if (inner_st == 1) {
+          const RowExtremum<T> e =
+              is_max ? row_extremum<T, true>(row, inner) : row_extremum<T, false>(row, inner);
+          if (e.nan || (is_max ? e.value > acc : e.value < acc)) {
+            acc = e.value;
+            best = orow * inner + e.index;
+            seen_nan = e.nan;
+          }
+          continue;
+        }
+      }
+      if (!is_sum) {
         for (int64_t i = 0; i < inner; ++i) {
           Acc v = static_cast<Acc>(row[i * inner_st]);
           if (seen_nan) break;
