@@ -118,6 +118,32 @@ TEST_CASE("strided and broadcast operands give the same answers as contiguous on
               sigmoid(big).transpose(0, 1).contiguous().to_vector<double>());
 }
 
+TEST_CASE("binary ops with a transposed operand (the CPU's tiled path) against index arithmetic") {
+  // 70 x 130: whole tiles and partial ones; the transposed operand first or second, the other
+  // contiguous or a broadcast row, and a batch dim outside.
+  const int64_t B = 2, R = 70, C = 130;
+  const Tensor a = rnd({B, R, C}, 31), bt = rnd({B, C, R}, 32), row = rnd({C}, 33);
+  const std::vector<double> av = a.to_vector<double>(), bv = bt.to_vector<double>();
+  const std::vector<double> rv = row.to_vector<double>();
+  const Tensor b = bt.transpose(1, 2);  // (B, R, C), read across its rows
+  const std::vector<double> sum_ab = add(a, b).to_vector<double>();
+  const std::vector<double> diff_ba = sub(b, a).to_vector<double>();
+  const std::vector<double> prod_brow = mul(b, row).to_vector<double>();
+  int64_t wrong = 0;
+  for (int64_t n = 0; n < B; ++n) {
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t i = static_cast<size_t>((n * R + r) * C + c);
+        const double x = av[i], y = bv[static_cast<size_t>((n * C + c) * R + r)];
+        wrong += sum_ab[i] != x + y;
+        wrong += diff_ba[i] != y - x;
+        wrong += prod_brow[i] != y * rv[static_cast<size_t>(c)];
+      }
+    }
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("where and masked_fill") {
   Tensor c = from_vector(std::vector<bool>{true, false, true}, {3});
   Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3});

@@ -64,4 +64,55 @@ void for_each_run(const Shape& sizes, const std::array<const Shape*, N>& strides
   }
 }
 
+// The same index space in square tiles, for an output written along its innermost dim while
+// some input reads that dim across its rows and reads another dim, d, along them (an operand
+// transposed: contiguous() of a transpose, a + b^T). The runs of for_each_run then take one
+// element from each cache line and page of that input; within a tile its lines are used whole
+// by the tile's next rows while they are in L1 (a 1024 x 4096 float32 copy on two Intel
+// AVX-512 cores: 14-16 ms in runs, 0.3-0.4x PyTorch's; 3.7-3.9 in tiles of 16, 3.1-3.3 of 32,
+// 2.6-2.9 of 64, 2.6 of 128). Calls body(rows, cols, offs, row_strides, col_strides) for each
+// tile: its element (i, j), i along d and j along the innermost dim, is at offs[k] + i *
+// row_strides[k] + j * col_strides[k] of operand k. Returns false, calling nothing, where the
+// layout is not such (or the tiles would be partial ones only): the caller runs for_each_run.
+template <int N, class Body>
+bool for_each_transposed_tile(const Shape& sizes, const std::array<const Shape*, N>& strides,
+                              Body&& body) {
+  constexpr int64_t kTile = 64;
+  const Loop<N> l = memory_ordered<N>(sizes, strides);
+  const int nd = static_cast<int>(l.sizes.size());
+  if (nd < 2 || l.strides[0][nd - 1] != 1) return false;
+  int d = -1;  // the innermost outer dim along which a transposed input is contiguous
+  for (int k = 1; k < N && d < 0; ++k) {
+    const int64_t s = l.strides[k][nd - 1];
+    if (s == 0 || s == 1) continue;
+    for (int e = nd - 2; e >= 0 && d < 0; --e)
+      if (l.strides[k][e] == 1) d = e;
+  }
+  if (d < 0) return false;
+  const int64_t n = l.sizes[nd - 1], m = l.sizes[d];
+  if (n < kTile || m < kTile) return false;
+  const int64_t tn = (n + kTile - 1) / kTile, tm = (m + kTile - 1) / kTile;
+  const int64_t outer = numel_of(l.sizes) / (n * m), tasks = outer * tm * tn;
+  std::array<int64_t, N> rs, cs;
+  for (int k = 0; k < N; ++k) {
+    rs[k] = l.strides[k][d];
+    cs[k] = l.strides[k][nd - 1];
+  }
+#pragma omp parallel for schedule(static) if (outer * n * m > 32768)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t i0 = t / tn % tm * kTile, j0 = t % tn * kTile;
+    std::array<int64_t, N> offs{};
+    int64_t r = t / (tn * tm);
+    for (int e = nd - 2; e >= 0; --e) {
+      if (e == d) continue;
+      const int64_t i = r % l.sizes[e];
+      r /= l.sizes[e];
+      for (int k = 0; k < N; ++k) offs[k] += i * l.strides[k][e];
+    }
+    for (int k = 0; k < N; ++k) offs[k] += i0 * rs[k] + j0 * cs[k];
+    body(std::min(kTile, m - i0), std::min(kTile, n - j0), offs, rs, cs);
+  }
+  return true;
+}
+
 }  // namespace tg::cpu
