@@ -124,6 +124,37 @@ RowExtremum<T> row_extremum(const T* row, int64_t n) {
   return {m, index, false};
 }
 
+// The same value without its index (max and min without a gradient): one vector pass of
+// compares alone (4096 x 1024 float32: 0.53 ms with the indices, 0.41-0.44 without, as
+// PyTorch's). A row with a NaN, or whose extremum is a zero (which of -0 and +0 comes first is
+// the scan's answer), takes row_extremum.
+template <class T, bool is_max>
+T row_extreme_value(const T* row, int64_t n) {
+  using V = simd::Vec<T>;
+  constexpr int64_t W = simd::kLanes<T>;
+  constexpr T start =
+      is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  V ext = simd::splat(start);
+  decltype(ext != ext) nans{};  // lanes that saw a NaN: all ones
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const V v = simd::load(row + i);
+    ext = (is_max ? v > ext : v < ext) ? v : ext;
+    nans |= v != v;
+  }
+  T m = start;
+  bool nan = false;
+  for (int l = 0; l < W; ++l) {
+    nan |= nans[l] != 0;
+    m = (is_max ? ext[l] > m : ext[l] < m) ? ext[l] : m;
+  }
+  for (; i < n; ++i) {
+    nan |= row[i] != row[i];
+    m = (is_max ? row[i] > m : row[i] < m) ? row[i] : m;
+  }
+  return nan || m == T(0) ? row_extremum<T, is_max>(row, n).value : m;
+}
+
 template <class T, class Acc>
 void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) {
   const ReduceDims rd = split_reduce_dims(x, out);
@@ -182,8 +213,14 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
         break;
       } else if constexpr (std::is_same_v<T, Acc>) {
         if (inner_st == 1) {
-          const RowExtremum<T> e =
-              is_max ? row_extremum<T, true>(row, inner) : row_extremum<T, false>(row, inner);
+          RowExtremum<T> e{};
+          if (ap) {
+            e = is_max ? row_extremum<T, true>(row, inner) : row_extremum<T, false>(row, inner);
+          } else {  // the value alone; a NaN's is NaN, whatever its index
+            e.value = is_max ? row_extreme_value<T, true>(row, inner)
+                             : row_extreme_value<T, false>(row, inner);
+            e.nan = e.value != e.value;
+          }
           if (e.nan || (is_max ? e.value > acc : e.value < acc)) {
             acc = e.value;
             best = orow * inner + e.index;
