@@ -133,6 +133,9 @@ static int run(const bench::Args& args) {
         wg.zero_grad();
       }),
       0);
+  row("logsumexp_lastdim_f32_4096x1024", time_ms([&] { tg::logsumexp(m, {1}); }), 0);
+  row("var_lastdim_f32_4096x1024", time_ms([&] { tg::var(m, {1}); }), 0);
+  row("cat_dim1_f32_4096x1024x2", time_ms([&] { tg::cat({m, m}, 1); }), 0);
   tg::Tensor targets = tg::mul(tg::rand({4096}, gen), 1023.99).to(tg::kInt64).to(dev);
   row("cross_entropy_fwd_bwd_f32_4096x1024", time_ms([&] {
         tg::cross_entropy(mg, targets).backward();

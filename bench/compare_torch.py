@@ -56,6 +56,9 @@ def torch_cases(device):
         wg.grad = None
 
     cases["rms_norm_fwd_bwd_f32_4096x1024"] = rms_norm_fwd_bwd
+    cases["logsumexp_lastdim_f32_4096x1024"] = lambda: torch.logsumexp(m, 1)
+    cases["var_lastdim_f32_4096x1024"] = lambda: m.var(1)
+    cases["cat_dim1_f32_4096x1024x2"] = lambda: torch.cat([m, m], 1)
     targets = torch.randint(0, 1024, (4096,), generator=g).to(device)
 
     def cross_entropy_fwd_bwd():

@@ -445,6 +445,48 @@ TEST_CASE("softmax over long rows: whole vectors and a tail, float32 against flo
   }
 }
 
+TEST_CASE("logsumexp over the last dim (one fused kernel) against its composite formula") {
+  // Rows of 37: whole vectors and a tail; a row with a -inf, one all -inf (-inf), one with
+  // +inf (+inf), one with a NaN (NaN).
+  std::vector<double> v = tgtest::rnd({6, 37}, 41, -50, 50).to_vector<double>();
+  v[1 * 37 + 2] = -INFINITY;
+  for (int i = 0; i < 37; ++i) v[2 * 37 + i] = -INFINITY;
+  v[3 * 37 + 36] = INFINITY;
+  v[4 * 37 + 20] = NAN;
+  for (DType dt : {kFloat64, kFloat32}) {
+    for (bool keepdim : {false, true}) {
+      INFO(dt << " keepdim " << keepdim);
+      const Tensor x = from_vector(v, {6, 37}).to(dt).requires_grad_(true);
+      const Tensor g = tgtest::rnd({6, 1}, 42).to(dt);
+      auto run = [&](bool fused) {
+        FusedKernelsGuard mode(fused);
+        Tensor y = logsumexp(x, {-1}, keepdim);
+        std::vector<double> gx =
+            tg::grad({y}, {x}, {keepdim ? g : g.reshape({6})})[0].to_vector<double>();
+        return std::make_pair(y.to_vector<double>(), gx);
+      };
+      const auto [yf, gf] = run(true);
+      const auto [yc, gc] = run(false);
+      const double tol = dt == kFloat64 ? 1e-13 : 2e-6;
+      auto same = [tol](double a, double b) {
+        return (std::isnan(a) && std::isnan(b)) || a == b ||
+               std::abs(a - b) <= tol * (1 + std::abs(b));
+      };
+      for (size_t i = 0; i < yc.size(); ++i) {
+        INFO("row " << i << ": fused " << yf[i] << ", composite " << yc[i]);
+        CHECK(same(yf[i], yc[i]));
+      }
+      for (size_t i = 0; i < gc.size(); ++i) {
+        INFO("element " << i << ": fused " << gf[i] << ", composite " << gc[i]);
+        CHECK(same(gf[i], gc[i]));
+      }
+      CHECK(yf[2] == -INFINITY);
+      CHECK(yf[3] == INFINITY);
+      CHECK(std::isnan(yf[4]));
+    }
+  }
+}
+
 TEST_CASE("softmax's fused backward against its composite formula") {
   for (DType dt : {kFloat64, kFloat32}) {
     for (bool log : {false, true}) {

@@ -143,8 +143,9 @@ void CudaBackend::scatter_add_rows(const View& grad, const View& ids, const View
   check_launch("scatter_add_rows kernel");
 }
 
-// Not written for CUDA yet: softmax's backward and cross_entropy run their composite formulas
-// here.
+// Not written for CUDA yet: logsumexp, softmax's backward and cross_entropy run their composite
+// formulas here.
+bool CudaBackend::logsumexp_rows(const View&, const View&) { return false; }
 bool CudaBackend::softmax_backward(const View&, const View&, const View&, bool) { return false; }
 bool CudaBackend::cross_entropy_forward(const View&, const View&, int64_t, const View&,
                                         const View&) {
