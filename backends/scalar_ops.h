@@ -71,6 +71,26 @@ TG_HD inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 
+// tanh for float32 that the compiler can vectorize (std::tanh is a library call it cannot: 33 ms
+// over 4M floats on two Intel AVX-512 cores, 0.03x PyTorch's). Below |x| = 0.625 an odd
+// polynomial, x + x^3 P(x^2), P of degree 5 fitted to tanh's relative error on Chebyshev
+// nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (beyond |x| = 9 that rounds to 1, and
+// e^(2|x|) = inf gives exactly 1). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
+// (tests/test_cpu_kernels.cpp checks 2); -0 stays -0 and NaN stays NaN.
+TG_HD inline float tanh_f32(float x) {
+  const float a = x < 0.0f ? -x : x, u = x * x;
+  float p = 2.20910087e-3f;
+  p = p * u - 8.25379416e-3f;
+  p = p * u + 2.17335559e-2f;
+  p = p * u - 5.39531820e-2f;
+  p = p * u + 1.33332610e-1f;
+  p = p * u - 3.33333313e-1f;
+  const float small = x + x * (u * p);
+  const float big = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+  const float r = a < 0.625f ? small : (x < 0.0f ? -big : big);
+  return x == 0.0f ? x : r;  // NaN: a < 0.625 is false and big is NaN
+}
+
 template <class T>
 TG_HD inline T exp_any(T x) {
   if constexpr (sizeof(T) == 4) {
@@ -92,6 +112,15 @@ TG_HD inline T pow_of(T x, T p) {
   if (p == T(-1)) return T(1) / x;
   if (p == T(0)) return T(1);
   return std::pow(x, p);
+}
+
+template <class T>
+TG_HD inline T tanh_any(T x) {
+  if constexpr (sizeof(T) == 4) {
+    return tanh_f32(x);
+  } else {
+    return std::tanh(x);
+  }
 }
 
 template <class T>

@@ -6,6 +6,7 @@
 // one-position-at-a-time stream.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -53,6 +54,47 @@ void check_exp_f32(float x, float got) {
 TEST_CASE("scalar::exp_f32 (the elementwise kernels' exp) is within 2 ulp over its range") {
   for (float x : exp_inputs()) check_exp_f32(x, tg::scalar::exp_f32(x));
   CHECK(std::isnan(tg::scalar::exp_f32(std::nanf(""))));
+}
+
+TEST_CASE("scalar::tanh_f32 (the elementwise kernels' tanh) is within 2 ulp of tanh") {
+  // Every 9973rd float from 1e-30 to 20 (about 87,000), both signs, and the edges. (Every 97th,
+  // 18 million floats, read at most 1 ulp.)
+  std::vector<float> xs;
+  uint32_t lo, hi;
+  const float from = 1e-30f, to = 20.f;
+  std::memcpy(&lo, &from, 4);
+  std::memcpy(&hi, &to, 4);
+  for (uint32_t b = lo; b < hi; b += 9973) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    xs.push_back(x);
+  }
+  int64_t worst = 0;
+  for (float x : xs) {
+    for (float v : {x, -x}) {
+      const float got = tg::scalar::tanh_f32(v);
+      const float want = static_cast<float>(std::tanh(static_cast<double>(v)));
+      // ulps between got and want, as ordered integers (same sign here)
+      int32_t gi, wi;
+      std::memcpy(&gi, &got, 4);
+      std::memcpy(&wi, &want, 4);
+      const int64_t ulps = std::abs(static_cast<int64_t>(gi) - wi);
+      worst = std::max(worst, ulps);
+      if (ulps > 2) {
+        INFO("x = " << v << ": got " << got << ", want " << want);
+        CHECK(ulps <= 2);
+      }
+    }
+  }
+  MESSAGE("tanh_f32: at most " << worst << " ulp over " << 2 * xs.size() << " floats");
+  CHECK(worst <= 2);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(tg::scalar::tanh_f32(inf) == 1.f);
+  CHECK(tg::scalar::tanh_f32(-inf) == -1.f);
+  CHECK(tg::scalar::tanh_f32(1000.f) == 1.f);
+  CHECK(std::signbit(tg::scalar::tanh_f32(-0.f)));
+  CHECK(tg::scalar::tanh_f32(0.f) == 0.f);
+  CHECK(std::isnan(tg::scalar::tanh_f32(std::nanf(""))));
 }
 
 TEST_CASE("simd::exp on float32 is within 2 ulp of a double-precision exp over its range") {
