@@ -504,8 +504,9 @@ TEST_CASE("logsumexp over the last dim (one fused kernel) against its composite 
             tg::grad({y}, {x}, {keepdim ? g : g.reshape({6})})[0].to_vector<double>();
         return std::make_pair(y.to_vector<double>(), gx);
       };
-      const auto [yf, gf] = run(true);
-      const auto [yc, gc] = run(false);
+      const auto fused = run(true), composite = run(false);
+      const std::vector<double>&yf = fused.first, &gf = fused.second;
+      const std::vector<double>&yc = composite.first, &gc = composite.second;
       const double tol = dt == kFloat64 ? 1e-13 : 2e-6;
       auto same = [tol](double a, double b) {
         return (std::isnan(a) && std::isnan(b)) || a == b ||
@@ -667,6 +668,24 @@ TEST_CASE("results are bitwise identical run to run") {
   };
   auto r1 = run(), r2 = run();
   CHECK(r1 == r2);
+}
+
+// tg::tanh on float32 runs scalar::tanh_f32 (swept alone in test_cpu_kernels.cpp) in the
+// elementwise kernel's vectorized loop: checked through the op, strided loop included.
+TEST_CASE("tg::tanh on float32 is within 2 ulp of a double-precision tanh") {
+  std::vector<float> xs;
+  for (int i = 0; i < 2920; ++i) xs.push_back(-20.f + 0.0137f * static_cast<float>(i));
+  xs.insert(xs.end(), {0.f, -0.f, 1e-8f, -1e-8f, 0.625f, -0.625f, 0.6249f, 9.1f, -9.1f});
+  Tensor t = from_vector(xs, {static_cast<int64_t>(xs.size())});
+  auto got = tanh(t).to_vector<float>();
+  CHECK(tanh(t.unsqueeze(1).expand({-1, 2}).transpose(0, 1)).narrow(0, 1, 1).to_vector<float>() ==
+        got);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = static_cast<float>(std::tanh(static_cast<double>(xs[i])));
+    INFO("x = " << xs[i] << ": got " << got[i] << ", want " << want);
+    CHECK(std::abs(got[i] - want) <= 2.4e-7f * std::abs(want));
+    CHECK(std::signbit(got[i]) == std::signbit(want));
+  }
 }
 
 // tg::exp on float32 runs scalar::exp_f32 (tested alone in test_cpu_kernels.cpp) in the

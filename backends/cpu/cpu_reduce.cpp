@@ -97,7 +97,7 @@ RowExtremum<T> row_extremum(const T* row, int64_t n) {
     const auto better = is_max ? v > ext : v < ext;
     ext = better ? v : ext;
     at = better ? kv : at;
-    nan_at = (v != v) & (nan_at < 0) ? kv : nan_at;
+    nan_at = ((v != v) & (nan_at < 0)) ? kv : nan_at;
   }
   int64_t first_nan = -1;
   T m = start;
