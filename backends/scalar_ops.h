@@ -74,7 +74,7 @@ TG_HD inline float exp_f32(float x) {
 // tanh for float32 that the compiler can vectorize (std::tanh is a library call it cannot: 33 ms
 // over 4M floats on two Intel AVX-512 cores, 0.03x PyTorch's). Below |x| = 0.625 an odd
 // polynomial, x + x^3 P(x^2), P of degree 5 fitted to tanh's relative error on Chebyshev
-// nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (beyond |x| = 9 that rounds to 1, and
+// nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (from |x| = 9.01 that rounds to 1, and
 // e^(2|x|) = inf gives exactly 1). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
 // (tests/test_cpu_kernels.cpp checks 2); -0 stays -0 and NaN stays NaN.
 TG_HD inline float tanh_f32(float x) {
