@@ -1,4 +1,6 @@
 // Tensor core: factories, views sharing storage, contiguous(), read-back, printing.
+#include <sys/resource.h>
+
 #include <sstream>
 
 #include "test_util.h"
@@ -163,6 +165,39 @@ TEST_CASE("live storage is counted") {
     CHECK(live_storage_count() == before + 1);
   }
   CHECK(live_storage_count() == before);
+}
+
+// A freed CPU block of 32 MiB or more is kept and handed to the next tensor of its size, which
+// then takes no page faults; release_free_memory() gives it back (core/storage.cpp).
+TEST_CASE("large CPU blocks are reused until release_free_memory") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("AddressSanitizer build: large blocks are not kept");
+#else
+  const auto faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<long>(u.ru_minflt);
+  };
+  const int64_t n = int64_t{40} << 18;  // 40 MiB of float32: 10240 pages of 4 KiB
+  const auto faults_of_a_fill = [&](double value) {
+    const long before = faults();
+    Tensor t = full({n}, value);
+    const long taken = faults() - before;
+    CHECK(min(t).item<float>() == static_cast<float>(value));
+    CHECK(sum(t).item<double>() == doctest::Approx(value * static_cast<double>(n)));
+    return taken;
+  };
+  release_free_memory();
+  const long fresh = faults_of_a_fill(1.0);   // mapped afresh
+  const long reused = faults_of_a_fill(2.0);  // the block the first left
+  release_free_memory();
+  const long after_release = faults_of_a_fill(3.0);
+  INFO("page faults: fresh ", fresh, ", reused ", reused, ", after release ", after_release);
+  CHECK(fresh > 5000);
+  CHECK(reused < 500);
+  CHECK(after_release > 5000);
+  release_free_memory();
+#endif
 }
 
 TEST_CASE("set_num_threads") {
