@@ -193,9 +193,14 @@ TEST_CASE("large CPU blocks are reused until release_free_memory") {
   release_free_memory();
   const long after_release = faults_of_a_fill(3.0);
   INFO("page faults: fresh ", fresh, ", reused ", reused, ", after release ", after_release);
-  CHECK(fresh > 5000);
   CHECK(reused < 500);
-  CHECK(after_release > 5000);
+  // A fresh mapping faults once per 4 KiB page, unless the system backs it with huge pages
+  // (transparent huge pages set to "always"), where there is nothing to tell apart.
+  if (fresh > 5000) {
+    CHECK(after_release > 5000);
+  } else {
+    MESSAGE("fresh mappings took ", fresh, " page faults (huge pages?): release not checked");
+  }
   release_free_memory();
 #endif
 }
