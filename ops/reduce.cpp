@@ -76,9 +76,7 @@ Tensor logsumexp_last_dim(const Tensor& x, const std::vector<bool>& red) {
   if (!fused_kernels() || x.dim() == 0 || (x.dtype() != kFloat32 && x.dtype() != kFloat64) ||
       x.numel() == 0)
     return {};
-  for (int64_t d = 0; d + 1 < x.dim(); ++d)
-    if (red[static_cast<size_t>(d)]) return {};
-  if (!red.back()) return {};
+  if (!red.back() || std::count(red.begin(), red.end(), true) != 1) return {};  // the last alone
   const Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty_like_shape(keep_shape(x, red), x.dtype(), x.device());
   if (!detail::backend_of(x).logsumexp_rows(view_of(xc), view_of(out))) return {};
