@@ -24,6 +24,18 @@ void set_cpu_gemm(const std::string& name);
 // (ONEDNN_MAX_CPU_ISA=AVX512_CORE, for one, forbids them). float16 products always widen.
 bool cpu_gemm_bf16_native();
 
+// Whether bfloat16 SDPA multiplies on AMX's tile units (Intel Xeon from Sapphire Rapids on)
+// rather than in float32 FMAs on widened values: q, k, v and dO exactly, with float32 sums,
+// and the float32 P and dS as two bfloat16 terms each (16 significant bits, where
+// FlashAttention-2 rounds them to bfloat16), so results stay within about 2^-16 of the FMA
+// kernels'. It applies where a head has more than 64 query rows (fewer, as in decoding, keep
+// the FMA kernels). True on a CPU with AMX-BF16 whose kernels were built for AVX-512, unless the
+// environment variable TAPEGRAD_CPU_SDPA_AMX is "0" or set_cpu_sdpa_amx(false) was called;
+// set_cpu_sdpa_amx(true) cannot turn it on where there is no AMX. float32, float16 and float64
+// always take the FMA kernels.
+bool cpu_sdpa_amx();
+void set_cpu_sdpa_amx(bool on);
+
 // The vector instruction set the CPU kernels were compiled for: "AVX-512", "AVX2", "AVX" or
 // "SSE2" (TAPEGRAD_NATIVE=ON compiles for the build machine's own).
 const char* cpu_isa();

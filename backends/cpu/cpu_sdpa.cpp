@@ -12,13 +12,19 @@
 // thread (36 KiB at float32 with its row padding), where the score rules, the online softmax
 // and the dropout run over whole vectors.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/aligned_buffer.h"
 #include "backends/cpu/cost_split.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_sdpa_amx.h"
 #include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/tile_gemm.h"
@@ -201,6 +207,9 @@ void forward_typed(const SdpaParams& p) {
   const int64_t dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
   const ForwardTiling tiling = forward_tiling(p, get_num_threads());
   const int64_t nh = tiling.heads;
+  // bfloat16's products on AMX where the CPU has it (cpu_sdpa_amx.h), else the FMA kernel.
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const bool amx = kFloat && sdpa_amx::usable(p);
   // K^T and V of a whole head, or of one key block (K^T in panels or K's rows: block_scores).
   const int64_t packed_keys = tiling.by_block ? kBc : Skv;
   const int64_t kt_size = (tiling.by_block ? dq_p : Dqk) * round_to_lanes<T>(packed_keys);
@@ -231,8 +240,11 @@ void forward_typed(const SdpaParams& p) {
     T* s = qt + kBr * dq_n;
     T* acc = s + kBr * kLd;
     T *m = acc + kBr * dv_p, *l = m + kBr, *alpha = l + kBr;
-    T* kt = packed.get(kt_size + v_size);
-    T* vp = kt + kt_size;
+    T* kt = packed.get(amx ? 0 : kt_size + v_size);
+    T* vp = kt + (amx ? 0 : kt_size);
+    std::optional<amx::ThreadTiles> amx_tiles;
+    if (amx) amx_tiles.emplace();
+    sdpa_amx::Forward amx_ops;
     int64_t packed_head = -1;  // (batch, kv head) now in kt, vp
     for (int64_t task = shares.next(); task >= 0; task = shares.next()) {
       const ForwardTile tile = forward_tile(p, tiling, task);
@@ -243,8 +255,12 @@ void forward_typed(const SdpaParams& p) {
       if (!tiling.by_block && b * Hk + tile.hk != packed_head) {
         packed_head = b * Hk + tile.hk;
         // Ragged: each head holds its own sequence's rows; paged: rows read in place.
-        load_transposed_panels(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, tile.kv_at);
-        load_rows(p.v, b, tile.hk, seq.kv0, seq.rows_kv, vp, dv_p, tile.kv_at);
+        if (amx) {
+          amx_ops.pack_head(p, b, tile.hk, seq.kv0, seq.rows_kv, tile.kv_at);
+        } else {
+          load_transposed_panels(p.k, b, tile.hk, seq.kv0, seq.rows_kv, kt, tile.kv_at);
+          load_rows(p.v, b, tile.hk, seq.kv0, seq.rows_kv, vp, dv_p, tile.kv_at);
+        }
       }
       // What the next task loads: its query rows, and its key/value head when that is not the
       // one packed now; asked of the cache a slice per key block of this tile, so that they come
@@ -255,11 +271,16 @@ void forward_typed(const SdpaParams& p) {
       const bool next_head = after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
-      std::fill(acc, acc + R * dv_p, T(0));
+      std::fill(acc, acc + kBr * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
       for (int64_t g = 0; g < nh; ++g)
         load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);
-      for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= scale;  // scores come out scaled
+      if constexpr (kFloat) {
+        if (amx) amx_ops.load_queries(R, Dqk, qt, dq_n);  // unscaled: the scores are scaled
+      }
+      if (!amx) {
+        for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= scale;  // scores come out scaled
+      }
       const int64_t jfirst = first_key<T>(kr.lo);
       const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
       for (int64_t t = 0; t < blocks; ++t) {
@@ -273,8 +294,10 @@ void forward_typed(const SdpaParams& p) {
         }
         const int64_t j0 = jfirst + t * kBc;
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
-        BlockValues<T> values{vp + j0 * dv_p, dv_p};
-        if (tiling.by_block) {
+        BlockValues<T> values{amx ? nullptr : vp + j0 * dv_p, dv_p};
+        if (amx) {
+          if constexpr (kFloat) amx_ops.scores(R, Dqk, j0, cols, scale, s, kLd);
+        } else if (tiling.by_block) {
           values = block_scores(p, tile, R, j0, cols, qt, kt, vp, s);
         } else {
           tile_gemm_panels(R, cp, Dqk, qt, dq_n, 1, kt + j0 * Dqk, Dqk * W, s, kLd, false);
@@ -288,7 +311,11 @@ void forward_typed(const SdpaParams& p) {
             apply_dropout(p, s + g * rows * kLd, kLd, b, h + g, i0, rows, j0, cols);
         }
         // O = alpha O + P V
-        tile_gemm(R, dv_n, cols, s, kLd, 1, values.rows, values.ld, acc, dv_p, true, alpha);
+        if (amx) {
+          if constexpr (kFloat) amx_ops.values(R, Dv, j0, cols, s, kLd, alpha, acc, dv_p);
+        } else {
+          tile_gemm(R, dv_n, cols, s, kLd, 1, values.rows, values.ld, acc, dv_p, true, alpha);
+        }
       }
       for (int64_t r = 0; r < R; ++r) {
         const bool any = l[r] > T(0);
@@ -359,6 +386,8 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const bool dropout = p.dropout_p > 0;
   const bool dots = scores_by_dots(p);                               // S as the forward summed it
   const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const bool amx = kFloat && sdpa_amx::usable(p);  // as the forward decided
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head, part of its keys): it owns dK and dV of those keys and the
@@ -379,6 +408,9 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
     T *dot = qs + kBr * dq_p, *ot = dot + kBr * dv_p, *dq = ot + kBr * dv_p;
     T *s = dq + kBr * dq_p, *pd = s + kBr * kLd, *dp = pd + kBr * kLd, *th = dp + kBr * kLd;
     T *dvec = th + kBr * kLd, *lse = dvec + kBr;
+    std::optional<amx::ThreadTiles> amx_tiles;
+    if (amx) amx_tiles.emplace();
+    sdpa_amx::Backward amx_ops;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk * parts; ++task) {
       const int64_t b = task / (Hk * parts), hk = task / parts % Hk, part = task % parts;
@@ -390,10 +422,14 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       T* kt = head.get(Dqk * part_r + part_max * dq_p + Dv * part_r + part_max * (dq_p + dv_p));
       T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = vt + Dv * part_r;
       T* dv = dk + part_max * dq_p;
-      if (!dots) load_transposed_panels(p.k, b, hk, seq.kv0 + k0, n, kt);
-      load_rows_panels(p.k, b, hk, seq.kv0 + k0, n, kr, dq_p, part_max * W);
-      load_transposed_panels(p.v, b, hk, seq.kv0 + k0, n, vt);
-      std::fill(dk, dk + part_max * (dq_p + dv_p), T(0));
+      if (amx) {
+        if constexpr (kFloat) amx_ops.pack_part(p, b, hk, seq.kv0 + k0, n);
+      } else {
+        if (!dots) load_transposed_panels(p.k, b, hk, seq.kv0 + k0, n, kt);
+        load_rows_panels(p.k, b, hk, seq.kv0 + k0, n, kr, dq_p, part_max * W);
+        load_transposed_panels(p.v, b, hk, seq.kv0 + k0, n, vt);
+        std::fill(dk, dk + part_max * (dq_p + dv_p), T(0));
+      }
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
         for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
           const int64_t rows = std::min(kBr, seq.rows_q - i0);
@@ -402,8 +438,12 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           const KeyRange range{std::max(all.lo, k0), std::min(all.hi, k0 + n)};
           if (range.lo < range.hi) {
             load_rows(p.q, b, h, seq.q0 + i0, rows, qs, dq_p);
-            for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= scale;  // dK needs no more scaling
             load_rows(dout, b, h, seq.q0 + i0, rows, dot, dv_p);
+            if (amx) {  // q unscaled: the scores and dK are scaled
+              if constexpr (kFloat) amx_ops.load_queries(rows, Dqk, Dv, qs, dq_p, dot, dv_p);
+            } else {
+              for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= scale;  // dK needs no more scaling
+            }
             load_rows(p.out, b, h, seq.q0 + i0, rows, ot, dv_p);
             const T* st = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
             for (int64_t r = 0; r < rows; ++r) {
@@ -432,7 +472,9 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             const int64_t j0 = jfirst + (backwards ? blocks - 1 - t : t) * kBc;
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             const int64_t jk = j0 - k0;  // the block's first key in the part's packing
-            if (dots) {
+            if (amx) {
+              if constexpr (kFloat) amx_ops.scores(rows, Dqk, jk, cols, scale, s, kLd);
+            } else if (dots) {
               tile_dots_panels(rows, cols, dq_n, qs, dq_p, kr + jk * W, part_max * W, s, kLd);
             } else {
               tile_gemm_panels(rows, cp, Dqk, qs, dq_p, 1, kt + jk * Dqk, Dqk * W, s, kLd, false);
@@ -441,9 +483,17 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             const T* P = s;
             if (plain) {
               // dP = dO V^T; P and dS in one pass; dV += P^T dO
-              tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + jk * Dv, Dv * W, dp, kLd, false);
+              if (amx) {
+                if constexpr (kFloat) amx_ops.score_grads(rows, Dv, jk, cols, dp, kLd);
+              } else {
+                tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + jk * Dv, Dv * W, dp, kLd, false);
+              }
               probabilities(s, kLd, rows, cols, cp, lse, dp, dvec);
-              tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
+              if (amx) {
+                if constexpr (kFloat) amx_ops.values_grad(rows, Dv, jk, cols, P, kLd);
+              } else {
+                tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
+              }
             } else {
               probabilities(s, kLd, rows, cols, cp, lse);  // P from the saved logsumexp
               if (dropout) {
@@ -452,14 +502,25 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
                 P = pd;
               }
               // dV += Pd^T dO;  dP = dO V^T
-              tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
-              tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + jk * Dv, Dv * W, dp, kLd, false);
+              if (amx) {
+                if constexpr (kFloat) {
+                  amx_ops.values_grad(rows, Dv, jk, cols, P, kLd);
+                  amx_ops.score_grads(rows, Dv, jk, cols, dp, kLd);
+                }
+              } else {
+                tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
+                tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + jk * Dv, Dv * W, dp, kLd, false);
+              }
               score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
             }
-            // dQ += dS K;  dK += dS^T Q (q pre-scaled)
-            tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + jk * W, part_max * W, dq, dq_p,
-                             true);
-            tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + jk * dq_p, dq_p, true);
+            // dQ += dS K;  dK += dS^T Q (q pre-scaled; on AMX, dK^T += Q^T dS unscaled)
+            if (amx) {
+              if constexpr (kFloat) amx_ops.key_query_grads(rows, Dqk, jk, cols, dp, kLd, dq, dq_p);
+            } else {
+              tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + jk * W, part_max * W, dq, dq_p,
+                               true);
+              tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + jk * dq_p, dq_p, true);
+            }
           }
           if (parts == 1) {
             store_rows(g.dq, b, h, seq.q0 + i0, rows, dq, dq_p, scale);
@@ -469,7 +530,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           }
         }
       }
-      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, T(1));
+      if (amx) {
+        if constexpr (kFloat) amx_ops.transpose_out(n, Dqk, Dv, dk, dq_p, dv, dv_p);
+      }
+      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, amx ? scale : T(1));
       store_rows(g.dv, b, hk, seq.kv0 + k0, n, dv, dv_p, T(1));
     }
     if (parts > 1) {  // dQ: the parts' sums added in part order
@@ -488,7 +552,8 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 
 // 16-bit q, k, v, out, dout and gradients are read and written in place by the float32
 // kernel's tile loads and stores (cpu_sdpa_scores.h); a 16-bit float mask is widened once
-// (broadcast dims stay stride 0), the stats and score gradient are float32 already.
+// (broadcast dims stay stride 0), the stats and score gradient are float32 already. bfloat16's
+// products run on AMX where cpu_sdpa_amx() holds (sdpa_amx::usable).
 void CpuBackend::sdpa_forward(const SdpaParams& p) {
   if (p.q.dtype == kFloat64) {
     forward_typed<double>(p);
@@ -512,3 +577,29 @@ void CpuBackend::sdpa_backward(const SdpaParams& p, const View& dout, const Sdpa
 }
 
 }  // namespace tg::cpu
+
+namespace tg {
+
+namespace {
+// -1: not set, the environment decides; else 0 or 1.
+std::atomic<int>& sdpa_amx_setting() {
+  static std::atomic<int> setting{-1};
+  return setting;
+}
+}  // namespace
+
+bool cpu_sdpa_amx() {
+  // The AMX products need the AVX-512 build's tile strides (whole tiles of 16 floats).
+  if (cpu::simd::kLanes<float> != 16 || !cpu::amx::available()) return false;
+  const int set = sdpa_amx_setting().load();
+  if (set >= 0) return set == 1;
+  static const bool env_on = [] {
+    const char* env = std::getenv("TAPEGRAD_CPU_SDPA_AMX");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return env_on;
+}
+
+void set_cpu_sdpa_amx(bool on) { sdpa_amx_setting().store(on ? 1 : 0); }
+
+}  // namespace tg
