@@ -56,6 +56,29 @@ void check_rounded(const Config& c, const SdpaOptions& o, double u, const Inputs
   }
 }
 
+// The bfloat16 or float16 kernels on the inputs rounded to dt, against the float64 reference on
+// the same rounded inputs (check_rounded, the unit roundoff of dt); returns out and dq, dk, dv.
+std::vector<Tensor> check_16bit(const Config& c, const SdpaOptions& o, const Inputs& in, DType dt) {
+  Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
+  SdpaOptions od = o;
+  if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
+  auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
+  SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
+  CHECK(outr.dtype() == dt);
+  CHECK(statsr.dtype() == kFloat32);
+  CHECK(gr.dq.dtype() == dt);
+  Tensor hq = r.q.to(kFloat64).requires_grad_(), hk = r.k.to(kFloat64).requires_grad_();
+  Tensor hv = r.v.to(kFloat64).requires_grad_();
+  SdpaOptions ho = o;
+  if (c.mask_kind == 1) ho.mask = r.mask.to(kFloat64).requires_grad_();
+  auto href = sdpa_reference(hq, hk, hv, ho);
+  std::vector<Tensor> hwrt{hq, hk, hv};
+  if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
+  auto hg = grad({href.out}, hwrt, {r.dout.to(kFloat64)});
+  check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, r, outr, statsr, gr, href, hg);
+  return {outr, gr.dq, gr.dk, gr.dv};
+}
+
 TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
   std::mt19937_64 rng(20261122);
   const int configs = 300;
@@ -83,27 +106,19 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
     // dtypes against the reference on the same rounded inputs.
     for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
       CAPTURE(dt);
-      Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
-      SdpaOptions od = o;
-      if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
-      auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
-      SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
-      CHECK(outr.dtype() == dt);
-      CHECK(statsr.dtype() == kFloat32);
-      CHECK(gr.dq.dtype() == dt);
       if (dt == kFloat32) {
+        Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
+        SdpaOptions od = o;
+        if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
+        auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
+        SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
+        CHECK(outr.dtype() == dt);
+        CHECK(statsr.dtype() == kFloat32);
+        CHECK(gr.dq.dtype() == dt);
         check_rounded(c, o, 0x1p-24, r, outr, statsr, gr, ref, rg);
-        continue;
+      } else {
+        check_16bit(c, o, in, dt);
       }
-      Tensor hq = r.q.to(kFloat64).requires_grad_(), hk = r.k.to(kFloat64).requires_grad_();
-      Tensor hv = r.v.to(kFloat64).requires_grad_();
-      SdpaOptions ho = o;
-      if (c.mask_kind == 1) ho.mask = r.mask.to(kFloat64).requires_grad_();
-      auto href = sdpa_reference(hq, hk, hv, ho);
-      std::vector<Tensor> hwrt{hq, hk, hv};
-      if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
-      auto hg = grad({href.out}, hwrt, {r.dout.to(kFloat64)});
-      check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, r, outr, statsr, gr, href, hg);
     }
   }
 }
@@ -389,6 +404,74 @@ TEST_CASE("few query rows a head: the backward sees the forward's scores bit for
     CHECK(sdpa(q, k, v).out.to_vector<float>() == one);
   }
   set_num_threads(threads_before);
+}
+
+// bfloat16 on AMX's tile units (cpu_sdpa_amx(); where the CPU has none, the FMA kernels run and
+// the test only checks the switch): against the float64 reference on the same rounded inputs,
+// and against the FMA kernels, within a rounding of bfloat16 and not bit for bit (so the switch
+// reached the kernels). The shapes have more than one query tile a head (the AMX path's rule),
+// with the options around the products: GQA, head dims that are not whole tiles, causal
+// bottom-right, ragged sequences, strided inputs, dropout, softcap, ALiBi, a window and a float
+// mask with its gradient.
+TEST_CASE("bfloat16 on AMX tiles: against the reference and the FMA kernels") {
+  const bool had = cpu_sdpa_amx();
+  set_cpu_sdpa_amx(false);
+  CHECK_FALSE(cpu_sdpa_amx());
+  set_cpu_sdpa_amx(true);
+  if (!cpu_sdpa_amx()) {
+    MESSAGE("no AMX on this CPU (or not an AVX-512 build): the FMA kernels run bfloat16");
+    set_cpu_sdpa_amx(had);
+    return;
+  }
+  auto shape = [](int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Skv, int64_t D,
+                  int64_t Dv) {
+    Config c{};
+    std::tie(c.B, c.Hq, c.Hk, c.Sq, c.Skv, c.D, c.Dv) = std::tie(B, Hq, Hk, Sq, Skv, D, Dv);
+    return c;
+  };
+  std::vector<Config> configs{shape(1, 4, 2, 150, 130, 64, 64), shape(2, 2, 1, 100, 200, 40, 72),
+                              shape(1, 2, 2, 80, 80, 16, 8)};
+  configs[1].strided = true;
+  configs[1].opts.causal = true;
+  configs[1].opts.causal_align = CausalAlign::BottomRight;
+  configs[1].opts.seq_len_q = from_vector(std::vector<int64_t>{100, 70}, {2});
+  configs[1].opts.seq_len_kv = from_vector(std::vector<int64_t>{170, 90}, {2});
+  SdpaOptions& o2 = configs[2].opts;
+  o2.dropout_p = 0.2;
+  o2.seed = 5;
+  o2.softcap = 5.0;
+  o2.alibi = true;
+  o2.window = 30;
+  configs[2].mask_kind = 1;
+  configs[2].mask_shape = {1, 1, 80, 80};
+  for (size_t n = 0; n < configs.size(); ++n) {
+    const Config& c = configs[n];
+    INFO("config " << n << ": " << c.describe());
+    const Inputs in = make_inputs(c, 7000 + 10 * n);
+    SdpaOptions o = c.opts;
+    if (c.mask_kind) o.mask = in.mask;
+    const std::vector<Tensor> on_amx = check_16bit(c, o, in, kBFloat16);
+    set_cpu_sdpa_amx(false);
+    const std::vector<Tensor> on_fma = check_16bit(c, o, in, kBFloat16);
+    set_cpu_sdpa_amx(true);
+    for (size_t i = 0; i < on_amx.size(); ++i) {
+      CAPTURE(i);
+      const Tensor a = on_amx[i].to(kFloat64), f = on_fma[i].to(kFloat64);
+      CHECK(max_abs(sub(a, f)) <= 0x1p-7 * max_abs(f));
+      CHECK(a.to_vector<double>() != f.to_vector<double>());
+    }
+  }
+  // Scores of about 10^12 (softmax scale 10^12): the backward's scores are the forward's to the
+  // bit, or P = exp(S - lse) would be inf.
+  const Tensor q = rnd({1, 2, 70, 16}, 1).to(kBFloat16), k = rnd({1, 2, 70, 16}, 2).to(kBFloat16);
+  const Tensor v = rnd({1, 2, 70, 16}, 3).to(kBFloat16);
+  SdpaOptions huge;
+  huge.scale = 1e12;
+  const SdpaResult r = sdpa_forward(q, k, v, huge);
+  const SdpaGrads g =
+      sdpa_backward(q, k, v, r.out, rnd({1, 2, 70, 16}, 4).to(kBFloat16), r.stats, huge);
+  for (const Tensor& t : {r.out, g.dq, g.dk, g.dv}) CHECK(tgtest::all_finite(t));
+  set_cpu_sdpa_amx(had);
 }
 
 TEST_CASE("dropout: keep rate within 4 sigma, one mask for forward, backward and the dump") {
