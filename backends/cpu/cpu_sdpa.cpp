@@ -232,6 +232,9 @@ void forward_typed(const SdpaParams& p) {
     cost.add(nh * tile.rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
   }
   const T ninf = -std::numeric_limits<T>::infinity(), scale = static_cast<T>(p.scale);
+  // What of the scale multiplies q: all of it for the FMA kernel; on AMX, sdpa_amx::q_scale.
+  T q_scale = scale;
+  if constexpr (kFloat) q_scale = amx ? sdpa_amx::q_scale(scale) : scale;
   TaskShares shares(cost);
 #pragma omp parallel
   {
@@ -275,11 +278,11 @@ void forward_typed(const SdpaParams& p) {
       const KeyRange kr = key_range(p, seq, i0, rows);
       for (int64_t g = 0; g < nh; ++g)
         load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);
-      if constexpr (kFloat) {
-        if (amx) amx_ops.load_queries(R, Dqk, qt, dq_n);  // unscaled: the scores are scaled
+      if (q_scale != T(1)) {
+        for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= q_scale;  // scores come out scaled
       }
-      if (!amx) {
-        for (int64_t x = 0; x < R * dq_n; ++x) qt[x] *= scale;  // scores come out scaled
+      if constexpr (kFloat) {
+        if (amx) amx_ops.load_queries(R, Dqk, qt, dq_n);
       }
       const int64_t jfirst = first_key<T>(kr.lo);
       const int64_t blocks = kr.hi > jfirst ? (kr.hi - jfirst + kBc - 1) / kBc : 0;
@@ -296,7 +299,7 @@ void forward_typed(const SdpaParams& p) {
         const int64_t cols = std::min(kBc, kr.hi - j0), cp = round_to_lanes<T>(cols);
         BlockValues<T> values{amx ? nullptr : vp + j0 * dv_p, dv_p};
         if (amx) {
-          if constexpr (kFloat) amx_ops.scores(R, Dqk, j0, cols, scale, s, kLd);
+          if constexpr (kFloat) amx_ops.scores(R, Dqk, j0, cols, scale / q_scale, s, kLd);
         } else if (tiling.by_block) {
           values = block_scores(p, tile, R, j0, cols, qt, kt, vp, s);
         } else {
@@ -388,6 +391,8 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool amx = kFloat && sdpa_amx::usable(p);  // as the forward decided
+  T q_scale = scale;                               // as in the forward; dK takes the rest
+  if constexpr (kFloat) q_scale = amx ? sdpa_amx::q_scale(scale) : scale;
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head, part of its keys): it owns dK and dV of those keys and the
@@ -439,10 +444,11 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
           if (range.lo < range.hi) {
             load_rows(p.q, b, h, seq.q0 + i0, rows, qs, dq_p);
             load_rows(dout, b, h, seq.q0 + i0, rows, dot, dv_p);
-            if (amx) {  // q unscaled: the scores and dK are scaled
-              if constexpr (kFloat) amx_ops.load_queries(rows, Dqk, Dv, qs, dq_p, dot, dv_p);
-            } else {
-              for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= scale;  // dK needs no more scaling
+            if (q_scale != T(1)) {
+              for (int64_t x = 0; x < rows * dq_p; ++x) qs[x] *= q_scale;
+            }
+            if constexpr (kFloat) {
+              if (amx) amx_ops.load_queries(rows, Dqk, Dv, qs, dq_p, dot, dv_p);
             }
             load_rows(p.out, b, h, seq.q0 + i0, rows, ot, dv_p);
             const T* st = sdpa_stats_at<T>(p.stats, b, h, seq.q0 + i0);
@@ -473,7 +479,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             const int64_t cols = std::min(kBc, range.hi - j0), cp = round_to_lanes<T>(cols);
             const int64_t jk = j0 - k0;  // the block's first key in the part's packing
             if (amx) {
-              if constexpr (kFloat) amx_ops.scores(rows, Dqk, jk, cols, scale, s, kLd);
+              if constexpr (kFloat) amx_ops.scores(rows, Dqk, jk, cols, scale / q_scale, s, kLd);
             } else if (dots) {
               tile_dots_panels(rows, cols, dq_n, qs, dq_p, kr + jk * W, part_max * W, s, kLd);
             } else {
@@ -513,7 +519,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               }
               score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
             }
-            // dQ += dS K;  dK += dS^T Q (q pre-scaled; on AMX, dK^T += Q^T dS unscaled)
+            // dQ += dS K;  dK += dS^T Q (q times q_scale; on AMX, dK^T += Q^T dS)
             if (amx) {
               if constexpr (kFloat) amx_ops.key_query_grads(rows, Dqk, jk, cols, dp, kLd, dq, dq_p);
             } else {
@@ -533,7 +539,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       if (amx) {
         if constexpr (kFloat) amx_ops.transpose_out(n, Dqk, Dv, dk, dq_p, dv, dv_p);
       }
-      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, amx ? scale : T(1));
+      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, scale / q_scale);
       store_rows(g.dv, b, hk, seq.kv0 + k0, n, dv, dv_p, T(1));
     }
     if (parts > 1) {  // dQ: the parts' sums added in part order
