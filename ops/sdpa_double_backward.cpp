@@ -164,6 +164,13 @@ std::optional<DoubleBackward> fused_double_backward(const Tensor& q, const Tenso
   return r;
 }
 
+// The forward's statistics of q, k, v under o, outside the tape.
+Tensor forward_stats(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions o) {
+  NoGradGuard no_grad;
+  if (o.mask) o.mask = o.mask->detach();
+  return sdpa_forward(q.detach(), k.detach(), v.detach(), o).stats;
+}
+
 }  // namespace
 
 std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const Tensor& k,
@@ -196,7 +203,12 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     if (o.mask && o.mask->dtype() != kBool) o.mask = up(*o.mask);
     FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
     const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
-    const Tensor dout = up(sd.unpack(kOp)), stats = ss.unpack(kOp);
+    const Tensor dout = up(sd.unpack(kOp));
+    // 16-bit inputs: the saved statistics came from the 16-bit kernels, whose scores (AMX's on
+    // the CPU, the tensor cores' on CUDA) are not the float32 ones this recomputes to the bit;
+    // from scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf),
+    // so the statistics are taken again from the widened inputs.
+    const Tensor stats = cd == qv.dtype() ? ss.unpack(kOp) : forward_stats(q, k, v, o);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
     DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);
     const DType dt = qv.dtype();

@@ -161,3 +161,16 @@ TEST_CASE("few query rows a head: the double backward sees the forward's scores 
       CHECK(tgtest::all_finite(t));
   }
 }
+
+TEST_CASE("16-bit inputs: the double backward takes statistics that match its own scores") {
+  // bfloat16 q, k, v whose forward multiplies on AMX (cpu_sdpa_amx(), more than 64 query rows):
+  // its scores at a softmax scale of 1e12 differ from the float32 double backward's by more than
+  // exp's range, so with the forward's statistics every second-order gradient was inf or NaN.
+  const Tensor q = rnd({1, 2, 70, 16}, 1).to(kBFloat16), k = rnd({1, 2, 70, 16}, 2).to(kBFloat16);
+  const Tensor v = rnd({1, 2, 70, 16}, 3).to(kBFloat16);
+  const Tensor dout = rnd({1, 2, 70, 16}, 4).to(kBFloat16);
+  SdpaOptions o;
+  o.scale = 1e12;
+  for (const Tensor& t : tgtest::second_order(sdpa, q, k, v, dout, Tensor(), o, 5))
+    CHECK(tgtest::all_finite(t));
+}
