@@ -32,7 +32,8 @@ bool cpu_gemm_bf16_native();
 // the FMA kernels). True on a CPU with AMX-BF16 whose kernels were built for AVX-512, unless the
 // environment variable TAPEGRAD_CPU_SDPA_AMX is "0" or set_cpu_sdpa_amx(false) was called;
 // set_cpu_sdpa_amx(true) cannot turn it on where there is no AMX. float32, float16 and float64
-// always take the FMA kernels.
+// always take the FMA kernels. The backward recomputes the forward's scores bit for bit only
+// when the setting is the same for both (scores of 10^8 and more need that).
 bool cpu_sdpa_amx();
 void set_cpu_sdpa_amx(bool on);
 
