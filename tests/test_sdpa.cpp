@@ -56,27 +56,38 @@ void check_rounded(const Config& c, const SdpaOptions& o, double u, const Inputs
   }
 }
 
-// The bfloat16 or float16 kernels on the inputs rounded to dt, against the float64 reference on
-// the same rounded inputs (check_rounded, the unit roundoff of dt); returns out and dq, dk, dv.
-std::vector<Tensor> check_16bit(const Config& c, const SdpaOptions& o, const Inputs& in, DType dt) {
-  Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
+// The kernels of dtype dt on the inputs rounded to dt: those inputs and what came out.
+struct Rounded {
+  Inputs in;
+  SdpaResult r;
+  SdpaGrads g;
+};
+Rounded run_rounded(const Config& c, const SdpaOptions& o, const Inputs& in, DType dt) {
+  Rounded x{{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)}, {}, {}};
   SdpaOptions od = o;
-  if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
-  auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
-  SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
-  CHECK(outr.dtype() == dt);
-  CHECK(statsr.dtype() == kFloat32);
-  CHECK(gr.dq.dtype() == dt);
-  Tensor hq = r.q.to(kFloat64).requires_grad_(), hk = r.k.to(kFloat64).requires_grad_();
-  Tensor hv = r.v.to(kFloat64).requires_grad_();
+  if (c.mask_kind == 1) od.mask = x.in.mask = in.mask.to(dt);
+  x.r = sdpa_forward(x.in.q, x.in.k, x.in.v, od);
+  x.g = sdpa_backward(x.in.q, x.in.k, x.in.v, x.r.out, x.in.dout, x.r.stats, od);
+  CHECK(x.r.out.dtype() == dt);
+  CHECK(x.r.stats.dtype() == kFloat32);
+  CHECK(x.g.dq.dtype() == dt);
+  return x;
+}
+
+// The bfloat16 or float16 kernels against the float64 reference on the same rounded inputs
+// (check_rounded, the unit roundoff of dt); returns out and dq, dk, dv.
+std::vector<Tensor> check_16bit(const Config& c, const SdpaOptions& o, const Inputs& in, DType dt) {
+  const Rounded x = run_rounded(c, o, in, dt);
+  Tensor hq = x.in.q.to(kFloat64).requires_grad_(), hk = x.in.k.to(kFloat64).requires_grad_();
+  Tensor hv = x.in.v.to(kFloat64).requires_grad_();
   SdpaOptions ho = o;
-  if (c.mask_kind == 1) ho.mask = r.mask.to(kFloat64).requires_grad_();
+  if (c.mask_kind == 1) ho.mask = x.in.mask.to(kFloat64).requires_grad_();
   auto href = sdpa_reference(hq, hk, hv, ho);
   std::vector<Tensor> hwrt{hq, hk, hv};
   if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
-  auto hg = grad({href.out}, hwrt, {r.dout.to(kFloat64)});
-  check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, r, outr, statsr, gr, href, hg);
-  return {outr, gr.dq, gr.dk, gr.dv};
+  auto hg = grad({href.out}, hwrt, {x.in.dout.to(kFloat64)});
+  check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, x.in, x.r.out, x.r.stats, x.g, href, hg);
+  return {x.r.out, x.g.dq, x.g.dk, x.g.dv};
 }
 
 TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
@@ -107,15 +118,8 @@ TEST_CASE("kernels agree with sdpa_reference over random option combinations") {
     for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
       CAPTURE(dt);
       if (dt == kFloat32) {
-        Inputs r{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)};
-        SdpaOptions od = o;
-        if (c.mask_kind == 1) od.mask = r.mask = in.mask.to(dt);
-        auto [outr, statsr] = sdpa_forward(r.q, r.k, r.v, od);
-        SdpaGrads gr = sdpa_backward(r.q, r.k, r.v, outr, r.dout, statsr, od);
-        CHECK(outr.dtype() == dt);
-        CHECK(statsr.dtype() == kFloat32);
-        CHECK(gr.dq.dtype() == dt);
-        check_rounded(c, o, 0x1p-24, r, outr, statsr, gr, ref, rg);
+        const Rounded x = run_rounded(c, o, in, dt);
+        check_rounded(c, o, 0x1p-24, x.in, x.r.out, x.r.stats, x.g, ref, rg);
       } else {
         check_16bit(c, o, in, dt);
       }
