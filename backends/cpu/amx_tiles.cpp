@@ -267,7 +267,7 @@ namespace {
 }  // namespace
 bool available() { return false; }
 ThreadTiles::ThreadTiles() { unreachable(); }
-ThreadTiles::~ThreadTiles() = default;
+ThreadTiles::~ThreadTiles() { unreachable(); }
 SplitA split_rows(int64_t, int64_t, const float*, int64_t, int, uint16_t*) { unreachable(); }
 SplitA split_columns(int64_t, int64_t, const float*, int64_t, int, uint16_t*) { unreachable(); }
 SplitB pair_rows(int64_t, int64_t, const float*, int64_t, int, uint16_t*, int64_t) {
