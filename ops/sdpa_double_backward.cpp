@@ -204,11 +204,14 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
     const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
     const Tensor dout = up(sd.unpack(kOp));
-    // 16-bit inputs: the saved statistics came from the 16-bit kernels, whose scores (AMX's on
-    // the CPU, the tensor cores' on CUDA) are not the float32 ones this recomputes to the bit;
-    // from scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf),
-    // so the statistics are taken again from the widened inputs.
-    const Tensor stats = cd == qv.dtype() ? ss.unpack(kOp) : forward_stats(q, k, v, o);
+    // 16-bit inputs on the CPU: the saved statistics came from the 16-bit kernels, whose scores
+    // (AMX's) are not the float32 ones the CPU's double backward recomputes to the bit; from
+    // scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf), so
+    // the statistics are taken again from the widened inputs by the float32 forward, whose
+    // scores are its own. (CUDA's double backward is composed of ops, whose float32 products
+    // match neither forward's scores to the bit.)
+    const bool restat = cd != qv.dtype() && qv.device() == kCPU;
+    const Tensor stats = restat ? forward_stats(q, k, v, o) : ss.unpack(kOp);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
     DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);
     const DType dt = qv.dtype();
