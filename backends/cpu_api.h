@@ -24,16 +24,17 @@ void set_cpu_gemm(const std::string& name);
 // (ONEDNN_MAX_CPU_ISA=AVX512_CORE, for one, forbids them). float16 products always widen.
 bool cpu_gemm_bf16_native();
 
-// Whether bfloat16 SDPA multiplies on AMX's tile units (Intel Xeon from Sapphire Rapids on)
-// rather than in float32 FMAs on widened values: q, k, v and dO exactly, with float32 sums,
-// and the float32 P and dS as two bfloat16 terms each (16 significant bits, where
-// FlashAttention-2 rounds them to bfloat16), so results stay within about 2^-16 of the FMA
-// kernels'. It applies where a head has more than 64 query rows (fewer, as in decoding, keep
-// the FMA kernels). True on a CPU with AMX-BF16 whose kernels were built for AVX-512, unless the
-// environment variable TAPEGRAD_CPU_SDPA_AMX is "0" or set_cpu_sdpa_amx(false) was called;
-// set_cpu_sdpa_amx(true) cannot turn it on where there is no AMX. float32, float16 and float64
-// always take the FMA kernels. The backward recomputes the forward's scores bit for bit only
-// when the setting is the same for both (scores of 10^8 and more need that).
+// Whether bfloat16 and float16 SDPA multiply on AMX's tile units (Intel Xeon from Sapphire
+// Rapids on) rather than in float32 FMAs on widened values: q, k, v and dO exactly (float16 as
+// two bfloat16 terms), with float32 sums, and the float32 P and dS as two bfloat16 terms each
+// (16 significant bits, where FlashAttention-2 rounds them to the 16-bit type), so results stay
+// within about 2^-16 of the FMA kernels'. It applies where a head has more than 64 query rows
+// (fewer, as in decoding, keep the FMA kernels). True on a CPU with AMX-BF16 whose kernels were
+// built for AVX-512, unless the environment variable TAPEGRAD_CPU_SDPA_AMX is "0" or
+// set_cpu_sdpa_amx(false) was called; set_cpu_sdpa_amx(true) cannot turn it on where there is
+// no AMX. float32 and float64 always take the FMA kernels. The backward recomputes the forward's
+// scores bit for bit only when the setting is the same for both (scores of 10^8 and more need
+// that).
 bool cpu_sdpa_amx();
 void set_cpu_sdpa_amx(bool on);
 

@@ -16,7 +16,7 @@ namespace bench {
 // The first line every benchmark prints: where it ran. The CPU model and the widest vector
 // instructions it has (read at run time), the instruction set the CPU kernels were compiled
 // for, the thread count and the GEMM library (with ", bf16 native" where bfloat16 products
-// multiply in bfloat16, and ", bf16 SDPA on AMX" where cpu_sdpa_amx() holds), tab-separated
+// multiply in bfloat16, and ", 16-bit SDPA on AMX" where cpu_sdpa_amx() holds), tab-separated
 // after the word "machine" (the compare_*.py scripts print it above their tables).
 inline void print_machine() {
   const char* cpu_has = __builtin_cpu_supports("avx512f") ? "AVX-512"
@@ -25,7 +25,7 @@ inline void print_machine() {
   std::printf("machine\tCPU %s (%s)\tkernels %s\t%d threads\tGEMM %s%s%s\n",
               tg::cpu_model().c_str(), cpu_has, tg::cpu_isa(), tg::get_num_threads(),
               tg::cpu_gemm().c_str(), tg::cpu_gemm_bf16_native() ? ", bf16 native" : "",
-              tg::cpu_sdpa_amx() ? ", bf16 SDPA on AMX" : "");
+              tg::cpu_sdpa_amx() ? ", 16-bit SDPA on AMX" : "");
   std::fflush(stdout);
 }
 

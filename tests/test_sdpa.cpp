@@ -410,20 +410,20 @@ TEST_CASE("few query rows a head: the backward sees the forward's scores bit for
   set_num_threads(threads_before);
 }
 
-// bfloat16 on AMX's tile units (cpu_sdpa_amx(); where the CPU has none, the FMA kernels run and
-// the test only checks the switch): against the float64 reference on the same rounded inputs,
-// and against the FMA kernels, within a rounding of bfloat16 and not bit for bit (so the switch
-// reached the kernels). The shapes have more than one query tile a head (the AMX path's rule),
-// with the options around the products: GQA, head dims that are not whole tiles, causal
-// bottom-right, ragged sequences, strided inputs, dropout, softcap, ALiBi, a window and a float
-// mask with its gradient.
-TEST_CASE("bfloat16 on AMX tiles: against the reference and the FMA kernels") {
+// bfloat16 and float16 on AMX's tile units (cpu_sdpa_amx(); where the CPU has none, the FMA
+// kernels run and the test only checks the switch): against the float64 reference on the same
+// rounded inputs, and against the FMA kernels, within two units of the 16-bit type's rounding
+// and not bit for bit (so the switch reached the kernels). The shapes have more than one query tile
+// a head (the AMX path's rule), with the options around the products: GQA, head dims that are not
+// whole tiles, causal bottom-right, ragged sequences, strided inputs, dropout, softcap, ALiBi, a
+// window and a float mask with its gradient.
+TEST_CASE("16-bit inputs on AMX tiles: against the reference and the FMA kernels") {
   const bool had = cpu_sdpa_amx();
   set_cpu_sdpa_amx(false);
   CHECK_FALSE(cpu_sdpa_amx());
   set_cpu_sdpa_amx(true);
   if (!cpu_sdpa_amx()) {
-    MESSAGE("no AMX on this CPU (or not an AVX-512 build): the FMA kernels run bfloat16");
+    MESSAGE("no AMX on this CPU (or not an AVX-512 build): the FMA kernels run 16 bits");
     set_cpu_sdpa_amx(had);
     return;
   }
@@ -454,27 +454,38 @@ TEST_CASE("bfloat16 on AMX tiles: against the reference and the FMA kernels") {
     const Inputs in = make_inputs(c, 7000 + 10 * n);
     SdpaOptions o = c.opts;
     if (c.mask_kind) o.mask = in.mask;
-    const std::vector<Tensor> on_amx = check_16bit(c, o, in, kBFloat16);
-    set_cpu_sdpa_amx(false);
-    const std::vector<Tensor> on_fma = check_16bit(c, o, in, kBFloat16);
-    set_cpu_sdpa_amx(true);
-    for (size_t i = 0; i < on_amx.size(); ++i) {
-      CAPTURE(i);
-      const Tensor a = on_amx[i].to(kFloat64), f = on_fma[i].to(kFloat64);
-      CHECK(max_abs(sub(a, f)) <= 0x1p-7 * max_abs(f));
-      CHECK(a.to_vector<double>() != f.to_vector<double>());
+    for (DType dt : {kBFloat16, kFloat16}) {
+      CAPTURE(dt);
+      const std::vector<Tensor> on_amx = check_16bit(c, o, in, dt);
+      set_cpu_sdpa_amx(false);
+      const std::vector<Tensor> on_fma = check_16bit(c, o, in, dt);
+      set_cpu_sdpa_amx(true);
+      const double units = dt == kBFloat16 ? 0x1p-7 : 0x1p-10;
+      for (size_t i = 0; i < on_amx.size(); ++i) {
+        CAPTURE(i);
+        const Tensor a = on_amx[i].to(kFloat64), f = on_fma[i].to(kFloat64);
+        CHECK(max_abs(sub(a, f)) <= units * max_abs(f));
+        CHECK(a.to_vector<double>() != f.to_vector<double>());
+      }
     }
   }
   // Scores of about 10^12 (softmax scale 10^12): the backward's scores are the forward's to the
-  // bit, or P = exp(S - lse) would be inf.
-  const Tensor q = rnd({1, 2, 70, 16}, 1).to(kBFloat16), k = rnd({1, 2, 70, 16}, 2).to(kBFloat16);
-  const Tensor v = rnd({1, 2, 70, 16}, 3).to(kBFloat16);
-  SdpaOptions huge;
-  huge.scale = 1e12;
-  const SdpaResult r = sdpa_forward(q, k, v, huge);
-  const SdpaGrads g =
-      sdpa_backward(q, k, v, r.out, rnd({1, 2, 70, 16}, 4).to(kBFloat16), r.stats, huge);
-  for (const Tensor& t : {r.out, g.dq, g.dk, g.dv}) CHECK(tgtest::all_finite(t));
+  // bit, or P = exp(S - lse) would be inf, and so dV. (dq and dk are float32's cancellation in
+  // dS = P (dP - D) times 10^12: finite in bfloat16, beyond float16's range.)
+  for (DType dt : {kBFloat16, kFloat16}) {
+    CAPTURE(dt);
+    const Tensor q = rnd({1, 2, 70, 16}, 1).to(dt), k = rnd({1, 2, 70, 16}, 2).to(dt);
+    const Tensor v = rnd({1, 2, 70, 16}, 3).to(dt);
+    SdpaOptions huge;
+    huge.scale = 1e12;
+    const SdpaResult r = sdpa_forward(q, k, v, huge);
+    const SdpaGrads g = sdpa_backward(q, k, v, r.out, rnd({1, 2, 70, 16}, 4).to(dt), r.stats, huge);
+    for (const Tensor& t : {r.out, g.dv}) CHECK(tgtest::all_finite(t));
+    if (dt == kBFloat16) {
+      CHECK(tgtest::all_finite(g.dq));
+      CHECK(tgtest::all_finite(g.dk));
+    }
+  }
   set_cpu_sdpa_amx(had);
 }
 

@@ -7,7 +7,8 @@
 // term i of A with term j of B where i + j <= 2 (with three terms each: hh, hm, mh, hl, lh, mm,
 // the bf16x6 scheme of Henry, Tang and Heinecke, "Leveraging the bfloat16 artificial
 // intelligence datatype for higher-precision computations", ARITH 2019). The SDPA multiplies
-// bfloat16 q, k, v and dO as one term and its float32 P and dS as two (cpu_sdpa_amx.h).
+// bfloat16 q, k, v and dO as one term, float16 ones as two (both exact), and its float32 P and
+// dS as two (cpu_sdpa_amx.h).
 //
 // What differs from float32 FMAs: the tile unit flushes subnormal inputs and results to zero,
 // and a non-finite input turns into NaN in the terms after h.

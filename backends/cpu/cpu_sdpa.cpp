@@ -207,7 +207,7 @@ void forward_typed(const SdpaParams& p) {
   const int64_t dq_n = round_to_lanes<T>(Dqk), dq_p = packed_stride<T>(Dqk);
   const ForwardTiling tiling = forward_tiling(p, get_num_threads());
   const int64_t nh = tiling.heads;
-  // bfloat16's products on AMX where the CPU has it (cpu_sdpa_amx.h), else the FMA kernel.
+  // 16-bit products on AMX where the CPU has it (cpu_sdpa_amx.h), else the FMA kernel.
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool amx = kFloat && sdpa_amx::usable(p);
   // K^T and V of a whole head, or of one key block (K^T in panels or K's rows: block_scores).
@@ -247,7 +247,7 @@ void forward_typed(const SdpaParams& p) {
     T* vp = kt + (amx ? 0 : kt_size);
     std::optional<amx::ThreadTiles> amx_tiles;
     if (amx) amx_tiles.emplace();
-    sdpa_amx::Forward amx_ops;
+    sdpa_amx::Forward amx_ops(sdpa_amx::data_terms(p));
     int64_t packed_head = -1;  // (batch, kv head) now in kt, vp
     for (int64_t task = shares.next(); task >= 0; task = shares.next()) {
       const ForwardTile tile = forward_tile(p, tiling, task);
@@ -415,7 +415,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
     T *dvec = th + kBr * kLd, *lse = dvec + kBr;
     std::optional<amx::ThreadTiles> amx_tiles;
     if (amx) amx_tiles.emplace();
-    sdpa_amx::Backward amx_ops;
+    sdpa_amx::Backward amx_ops(sdpa_amx::data_terms(p));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < B * Hk * parts; ++task) {
       const int64_t b = task / (Hk * parts), hk = task / parts % Hk, part = task % parts;
@@ -558,7 +558,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
 
 // 16-bit q, k, v, out, dout and gradients are read and written in place by the float32
 // kernel's tile loads and stores (cpu_sdpa_scores.h); a 16-bit float mask is widened once
-// (broadcast dims stay stride 0), the stats and score gradient are float32 already. bfloat16's
+// (broadcast dims stay stride 0), the stats and score gradient are float32 already. 16-bit
 // products run on AMX where cpu_sdpa_amx() holds (sdpa_amx::usable).
 void CpuBackend::sdpa_forward(const SdpaParams& p) {
   if (p.q.dtype == kFloat64) {

@@ -1,15 +1,16 @@
-// The bfloat16 SDPA's tile products on AMX (amx_tiles.h), for cpu_sdpa.cpp: the operands each
+// The 16-bit SDPA's tile products on AMX (amx_tiles.h), for cpu_sdpa.cpp: the operands each
 // product reads, converted to AMX's layouts once where they are reused (a head's keys and
 // values, a query tile's rows) and per key block where they are made (P and dS). q, k, v and
-// dO are bfloat16 data, one exact term each; P and dS are float32 and go in as two terms (16
-// significant bits), so that every result is within about 2^-16 of the float32 kernel's,
-// far inside bfloat16's rounding (FlashAttention-2 and the CUDA tensor-core kernels round P and
-// dS to the 16-bit type itself). The score rules, the softmax and everything between the
+// dO are exact in their terms (one for bfloat16, two for float16: data_terms), so their
+// products are exact; P and dS are float32 and go in as two terms (16 significant bits), so that
+// every result is within about 2^-16 of the float32 kernel's, far inside the 16-bit type's
+// rounding (FlashAttention-2 and the CUDA tensor-core kernels round P and dS to the 16-bit type
+// itself). The score rules, the softmax and everything between the
 // products stay in cpu_sdpa.cpp, on float32 tiles as with the FMA micro-kernel.
 //
 // q goes into the products times the softmax scale where that is a power of two (q_scale), else
-// unscaled (scale q would not be bfloat16), and then the scale is applied to the scores and to
-// dK after the products.
+// unscaled (scale q would not be exact in its terms), and then the scale is applied to the scores
+// and to dK after the products.
 //
 // The backward keeps dK and dV transposed (dK^T += q^T dS, dV^T += dO^T P), so that every
 // operand made per key block is read along its rows: P and dS as they come out of the score
@@ -29,16 +30,21 @@ namespace tg::cpu::sdpa_amx {
 
 using amx::round16;
 
-constexpr int kData = 1;  // terms of q, k, v and dO (bfloat16 data)
 constexpr int kTile = 2;  // terms of P and dS (float32)
 
-// Whether this call's products run on AMX: bfloat16 inputs where cpu_sdpa_amx() holds (an
+// The terms of q, k, v and dO that hold them exactly: one for bfloat16; two for float16, whose
+// 11 significant bits are a bfloat16 and the rounding of the rest (its range is inside
+// bfloat16's).
+inline int data_terms(const SdpaParams& p) { return p.q.dtype == kBFloat16 ? 1 : 2; }
+
+// Whether this call's products run on AMX: 16-bit inputs where cpu_sdpa_amx() holds (an
 // AVX-512 build, whose tile strides are whole AMX tiles of 16 floats), with more query rows a
 // head than one tile: the forward's tiles of several heads and key blocks read in place (few
 // rows a head, as in decoding) keep the FMA kernel. The forward and the backward decide alike,
 // so that the backward's scores are the forward's to the bit.
 inline bool usable(const SdpaParams& p) {
-  return p.q.dtype == kBFloat16 && p.len_q() > sdpa_tiles::kBr && cpu_sdpa_amx();
+  const bool half = p.q.dtype == kBFloat16 || p.q.dtype == kFloat16;
+  return half && p.len_q() > sdpa_tiles::kBr && cpu_sdpa_amx();
 }
 
 // A row stride for a float accumulator n columns wide: whole tiles, and not a multiple of 1 KiB
@@ -49,7 +55,7 @@ inline int64_t accumulator_stride(int64_t n) {
 }
 
 // What of the softmax scale multiplies q before the products: all of it where it is a power of
-// two (1/8 at head dim 64, as at 4, 16 and 256) not far from 1, which leaves bfloat16 q exact
+// two (1/8 at head dim 64, as at 4, 16 and 256) not far from 1, which leaves q exact
 // (and normal) and spares the scores a pass (forward at (1, 8, 1024, 64): 3.3 ms with the pass,
 // 3.0 without), else none.
 inline float q_scale(float scale) {
@@ -66,6 +72,8 @@ inline void scale_scores(int64_t rows, int64_t cols, float scale, float* s, int6
 
 // One thread's forward operands: a kv head's K^T and V, a query tile's rows.
 struct Forward {
+  explicit Forward(int data_terms) : data(data_terms) {}
+  int data;  // data_terms
   Buffer<uint16_t> head_buf, tile_buf;
   Buffer<float> rows_buf;
   amx::SplitB kt{}, v{};
@@ -76,18 +84,18 @@ struct Forward {
                  const int64_t* at) {
     const int64_t Dqk = p.dim_qk(), Dv = p.dim_v(), ld = std::max(Dqk, Dv);
     float* rows = rows_buf.get(keys * ld);
-    const int64_t kt_n = amx::split_b_size(Dqk, keys, kData);
-    uint16_t* out = head_buf.get(kt_n + amx::split_b_size(keys + 32, Dv, kData));
+    const int64_t kt_n = amx::split_b_size(Dqk, keys, data);
+    uint16_t* out = head_buf.get(kt_n + amx::split_b_size(keys + 32, Dv, data));
     sdpa_tiles::load_rows(p.k, b, hk, kv0, keys, rows, ld, at);
-    kt = amx::pair_columns(Dqk, keys, rows, ld, kData, out);
+    kt = amx::pair_columns(Dqk, keys, rows, ld, data, out);
     sdpa_tiles::load_rows(p.v, b, hk, kv0, keys, rows, ld, at);
-    v = amx::pair_rows(keys, Dv, rows, ld, kData, out + kt_n, 32);
+    v = amx::pair_rows(keys, Dv, rows, ld, data, out + kt_n, 32);
   }
   // The tile's query rows (times q_scale), R x Dqk at row stride ld; room for P's terms too.
   void load_queries(int64_t R, int64_t Dqk, const float* qt, int64_t ld) {
-    const int64_t nq = amx::split_a_size(R, Dqk, kData);
+    const int64_t nq = amx::split_a_size(R, Dqk, data);
     uint16_t* out = tile_buf.get(nq + amx::split_a_size(32, sdpa_tiles::kBc, kTile));
-    q = amx::split_rows(R, Dqk, qt, ld, kData, out);
+    q = amx::split_rows(R, Dqk, qt, ld, data, out);
     p_out = out + nq;
   }
   // s = scale q K^T over keys [j0, j0 + cols), where q took q_scale(scale) of it.
@@ -117,6 +125,8 @@ struct Forward {
 // and dV^T; a query tile's rows (q for S, dO for dP) and their transposes (for dK^T and dV^T);
 // and the terms of P and dS made per key block.
 struct Backward {
+  explicit Backward(int data_terms) : data(data_terms) {}
+  int data;  // data_terms
   Buffer<uint16_t> head_buf, tile_buf, block_buf;
   Buffer<float> rows_buf, acc_buf;
   amx::SplitB kt{}, k{}, vt{};
@@ -127,14 +137,14 @@ struct Backward {
   void pack_part(const SdpaParams& p, int64_t b, int64_t hk, int64_t kv0, int64_t keys) {
     const int64_t Dqk = p.dim_qk(), Dv = p.dim_v(), ld = std::max(Dqk, Dv);
     float* rows = rows_buf.get(keys * ld);
-    const int64_t kt_n = amx::split_b_size(Dqk, keys, kData);
-    const int64_t k_n = amx::split_b_size(keys + 32, Dqk, kData);
-    uint16_t* out = head_buf.get(kt_n + k_n + amx::split_b_size(Dv, keys, kData));
+    const int64_t kt_n = amx::split_b_size(Dqk, keys, data);
+    const int64_t k_n = amx::split_b_size(keys + 32, Dqk, data);
+    uint16_t* out = head_buf.get(kt_n + k_n + amx::split_b_size(Dv, keys, data));
     sdpa_tiles::load_rows(p.k, b, hk, kv0, keys, rows, ld);
-    kt = amx::pair_columns(Dqk, keys, rows, ld, kData, out);
-    k = amx::pair_rows(keys, Dqk, rows, ld, kData, out + kt_n, 32);
+    kt = amx::pair_columns(Dqk, keys, rows, ld, data, out);
+    k = amx::pair_rows(keys, Dqk, rows, ld, data, out + kt_n, 32);
     sdpa_tiles::load_rows(p.v, b, hk, kv0, keys, rows, ld);
-    vt = amx::pair_columns(Dv, keys, rows, ld, kData, out + kt_n + k_n);
+    vt = amx::pair_columns(Dv, keys, rows, ld, data, out + kt_n + k_n);
     ld_t = accumulator_stride(keys);
     const int64_t n = (round16(Dqk) + round16(Dv)) * ld_t;
     dkt = acc_buf.get(n);
@@ -144,14 +154,14 @@ struct Backward {
   // The query tile: q (times q_scale) and dO, rows x D at row strides ldq and ldo.
   void load_queries(int64_t rows, int64_t Dqk, int64_t Dv, const float* qs, int64_t ldq,
                     const float* dos, int64_t ldo) {
-    const int64_t nq = amx::split_a_size(rows, Dqk, kData);
-    const int64_t nd = amx::split_a_size(rows, Dv, kData);
-    const int64_t nqt = amx::split_a_size(Dqk, rows, kData);
-    uint16_t* out = tile_buf.get(nq + nd + nqt + amx::split_a_size(Dv, rows, kData));
-    q = amx::split_rows(rows, Dqk, qs, ldq, kData, out);
-    dout = amx::split_rows(rows, Dv, dos, ldo, kData, out + nq);
-    qt = amx::split_columns(Dqk, rows, qs, ldq, kData, out + nq + nd);
-    doutt = amx::split_columns(Dv, rows, dos, ldo, kData, out + nq + nd + nqt);
+    const int64_t nq = amx::split_a_size(rows, Dqk, data);
+    const int64_t nd = amx::split_a_size(rows, Dv, data);
+    const int64_t nqt = amx::split_a_size(Dqk, rows, data);
+    uint16_t* out = tile_buf.get(nq + nd + nqt + amx::split_a_size(Dv, rows, data));
+    q = amx::split_rows(rows, Dqk, qs, ldq, data, out);
+    dout = amx::split_rows(rows, Dv, dos, ldo, data, out + nq);
+    qt = amx::split_columns(Dqk, rows, qs, ldq, data, out + nq + nd);
+    doutt = amx::split_columns(Dv, rows, dos, ldo, data, out + nq + nd + nqt);
   }
   // s = scale q K^T (q took q_scale(scale) of it) and d = dO V^T over the part's keys [jk, jk +
   // cols).
