@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "autograd/autograd.h"
+#include "backends/cpu_api.h"
 #include "ops/fused_kernels.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -204,13 +205,14 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
     const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
     const Tensor dout = up(sd.unpack(kOp));
-    // 16-bit inputs on the CPU: the saved statistics came from the 16-bit kernels, whose scores
-    // (AMX's) are not the float32 ones the CPU's double backward recomputes to the bit; from
-    // scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf), so
-    // the statistics are taken again from the widened inputs by the float32 forward, whose
-    // scores are its own. (CUDA's double backward is composed of ops, whose float32 products
-    // match neither forward's scores to the bit.)
-    const bool restat = cd != qv.dtype() && qv.device() == kCPU;
+    // 16-bit inputs on the CPU with AMX (cpu_sdpa_amx()): the saved statistics came from AMX's
+    // scores, which are not the float32 ones the CPU's double backward recomputes to the bit;
+    // from scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf),
+    // so the statistics are taken again from the widened inputs by the float32 forward, whose
+    // scores are its own. (Without AMX the 16-bit forward is the float32 one on widened values.
+    // CUDA's double backward is composed of ops, whose float32 products match neither forward's
+    // scores to the bit.)
+    const bool restat = cd != qv.dtype() && qv.device() == kCPU && cpu_sdpa_amx();
     const Tensor stats = restat ? forward_stats(q, k, v, o) : ss.unpack(kOp);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
     DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);

@@ -274,7 +274,7 @@ void forward_typed(const SdpaParams& p) {
       const bool next_head = after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
-      std::fill(acc, acc + kBr * dv_p, T(0));
+      std::fill(acc, acc + R * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
       for (int64_t g = 0; g < nh; ++g)
         load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);

@@ -63,8 +63,11 @@ inline float q_scale(float scale) {
   return std::frexp(scale, &e) == 0.5f && e > -32 && e < 32 ? scale : 1.0f;
 }
 
-// s (rows x cols at row stride ld, whole tiles) times what of the scale q did not take.
-inline void scale_scores(int64_t rows, int64_t cols, float scale, float* s, int64_t ld) {
+// s = scale q K^T over keys [j0, j0 + cols) of the packed K^T (rows x cols at row stride ld,
+// whole tiles), where q took q_scale(scale) of the scale and the scores take the rest.
+inline void scores(const amx::SplitA& q, const amx::SplitB& kt, int64_t rows, int64_t Dqk,
+                   int64_t j0, int64_t cols, float scale, float* s, int64_t ld) {
+  amx::gemm(round16(rows), round16(cols), Dqk, q, amx::columns_from(kt, j0), s, ld, false);
   if (scale == 1.0f) return;
   for (int64_t r = 0; r < round16(rows); ++r)
     for (int64_t c = 0; c < round16(cols); ++c) s[r * ld + c] *= scale;
@@ -98,11 +101,10 @@ struct Forward {
     q = amx::split_rows(R, Dqk, qt, ld, data, out);
     p_out = out + nq;
   }
-  // s = scale q K^T over keys [j0, j0 + cols), where q took q_scale(scale) of it.
+  // s = scale q K^T over keys [j0, j0 + cols) (sdpa_amx::scores).
   void scores(int64_t R, int64_t Dqk, int64_t j0, int64_t cols, float scale, float* s,
               int64_t lds) const {
-    amx::gemm(round16(R), round16(cols), Dqk, q, amx::columns_from(kt, j0), s, lds, false);
-    scale_scores(R, cols, scale, s, lds);
+    sdpa_amx::scores(q, kt, R, Dqk, j0, cols, scale, s, lds);
   }
   // acc = alpha acc + P V over keys [j0, j0 + cols), 32 rows at a time: a strip's P terms are
   // read back from L1.
@@ -163,12 +165,10 @@ struct Backward {
     qt = amx::split_columns(Dqk, rows, qs, ldq, data, out + nq + nd);
     doutt = amx::split_columns(Dv, rows, dos, ldo, data, out + nq + nd + nqt);
   }
-  // s = scale q K^T (q took q_scale(scale) of it) and d = dO V^T over the part's keys [jk, jk +
-  // cols).
+  // s = scale q K^T (sdpa_amx::scores) and d = dO V^T over the part's keys [jk, jk + cols).
   void scores(int64_t rows, int64_t Dqk, int64_t jk, int64_t cols, float scale, float* s,
               int64_t lds) const {
-    amx::gemm(round16(rows), round16(cols), Dqk, q, amx::columns_from(kt, jk), s, lds, false);
-    scale_scores(rows, cols, scale, s, lds);
+    sdpa_amx::scores(q, kt, rows, Dqk, jk, cols, scale, s, lds);
   }
   void score_grads(int64_t rows, int64_t Dv, int64_t jk, int64_t cols, float* d,
                    int64_t ldd) const {
