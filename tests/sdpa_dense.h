@@ -1,5 +1,6 @@
-// The dense SDPA tests' shared pieces (test_sdpa.cpp, test_sdpa_double_backward.cpp): random
-// configurations of every option of DESIGN §4, their inputs, and the comparisons.
+// The dense SDPA tests' shared pieces (test_sdpa.cpp, test_sdpa_amx.cpp,
+// test_sdpa_double_backward.cpp): random configurations of every option of DESIGN §4, their
+// inputs, and the comparisons, the lower precisions' to tolerances from their unit roundoff.
 #pragma once
 #include <tapegrad.h>
 
@@ -126,6 +127,82 @@ inline std::vector<Tensor> second_order(const tgtest::SdpaFn& attend, const Inpu
                                         const Config& c, const SdpaOptions& o, uint64_t seed) {
   return tgtest::second_order(attend, in.q, in.k, in.v, in.dout,
                               c.mask_kind == 1 ? in.mask : Tensor(), o, seed);
+}
+
+// A float32, bfloat16 or float16 kernel's results (inputs q, k, v, dout as it had them) against
+// the float64 reference's, norm-wise like rel_error, to tolerances from the storage's unit
+// roundoff u: out and dv are results rounded once (u, plus 1e-4 for float32 arithmetic). dq, dk
+// and the mask's gradient come from dS_ij = P_ij (dP_ij - D_i), whose two terms cancel where
+// the softmax is saturated (a row with one visible key has dS = 0 exactly), so there the errors
+// of dP and D_i = rowsum(dO o O) remain when the gradient they feed is small: D from the O
+// rounded when it was saved (u max_i sum_c |dO_ic O_ic|, as FlashAttention and cuDNN take it),
+// both from the kernels' float32 arithmetic (2^-24 times that sum, and times max_i sum_c |dO_ic|
+// max|v| for dP). That error dD enters dS_ij as P_ij dD (P with dropout's 1/(1-p)); dq_i =
+// scale sum_j dS_ij k_j adds at most scale dD max|k| (a row of P sums to one); dk_j sums over
+// the G Sq query rows of its group, scale dD max|q| G Sq; the mask's gradient sums dS over its
+// broadcast dims, dD times their count. (With 1e-4 alone, float32 failed in 5 of 60,000
+// configurations from three other seeds: a few rows and keys, float or bool masks, softmaxes
+// saturated, errors of 1e-7 on gradients of 1e-5 to 1e-3.)
+inline void check_rounded(const Config& c, const SdpaOptions& o, double u, const Inputs& in,
+                          const Tensor& out, const Tensor& stats, const SdpaGrads& g,
+                          const SdpaResult& ref, const std::vector<Tensor>& rg) {
+  auto f64 = [](const Tensor& t) { return t.to(kFloat64); };
+  const double do_o = max_abs(sum(abs(mul(f64(in.dout), f64(out))), {-1}));
+  const double do_v = max_abs(sum(abs(f64(in.dout)), {-1})) * max_abs(in.v);
+  const double dD = u * do_o + 0x1p-24 * (do_o + do_v);
+  const double keep = 1 / (1 - o.dropout_p);
+  const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(c.D));
+  const int64_t group = c.Hq / c.Hk;  // query heads a key/value head serves
+  const double group_rows = static_cast<double>(group * c.Sq);
+  const double tol = u + 1e-4;
+  CHECK(rel_error(f64(out), ref.out) < tol);
+  CHECK(rel_error(stats, ref.stats) < 1e-4);
+  CHECK(rel_error(f64(g.dv), rg[2]) < tol);
+  auto check_grad = [&](const Tensor& got, const Tensor& want, double extra) {
+    CHECK(rel_error(f64(got), want) < tol + extra / std::max(max_abs(want), 1e-30));
+  };
+  check_grad(g.dq, rg[0], scale * dD * keep * max_abs(in.k));
+  check_grad(g.dk, rg[1], scale * dD * keep * max_abs(in.q) * group_rows);
+  if (c.mask_kind == 1) {
+    const double spread = static_cast<double>(numel_of({c.B, c.Hq, c.Sq, c.Skv})) /
+                          static_cast<double>(numel_of(in.mask.sizes()));
+    check_grad(g.dmask, rg[3], dD * keep * spread);
+  }
+}
+
+// The kernels of dtype dt on the inputs rounded to dt: those inputs and what came out.
+struct Rounded {
+  Inputs in;
+  SdpaResult r;
+  SdpaGrads g;
+};
+inline Rounded run_rounded(const Config& c, const SdpaOptions& o, const Inputs& in, DType dt) {
+  Rounded x{{in.q.to(dt), in.k.to(dt), in.v.to(dt), {}, in.dout.to(dt)}, {}, {}};
+  SdpaOptions od = o;
+  if (c.mask_kind == 1) od.mask = x.in.mask = in.mask.to(dt);
+  x.r = sdpa_forward(x.in.q, x.in.k, x.in.v, od);
+  x.g = sdpa_backward(x.in.q, x.in.k, x.in.v, x.r.out, x.in.dout, x.r.stats, od);
+  CHECK(x.r.out.dtype() == dt);
+  CHECK(x.r.stats.dtype() == kFloat32);
+  CHECK(x.g.dq.dtype() == dt);
+  return x;
+}
+
+// The bfloat16 or float16 kernels against the float64 reference on the same rounded inputs
+// (check_rounded, the unit roundoff of dt); returns out and dq, dk, dv.
+inline std::vector<Tensor> check_16bit(const Config& c, const SdpaOptions& o, const Inputs& in,
+                                       DType dt) {
+  const Rounded x = run_rounded(c, o, in, dt);
+  Tensor hq = x.in.q.to(kFloat64).requires_grad_(), hk = x.in.k.to(kFloat64).requires_grad_();
+  Tensor hv = x.in.v.to(kFloat64).requires_grad_();
+  SdpaOptions ho = o;
+  if (c.mask_kind == 1) ho.mask = x.in.mask.to(kFloat64).requires_grad_();
+  auto href = sdpa_reference(hq, hk, hv, ho);
+  std::vector<Tensor> hwrt{hq, hk, hv};
+  if (c.mask_kind == 1) hwrt.push_back(*ho.mask);
+  auto hg = grad({href.out}, hwrt, {x.in.dout.to(kFloat64)});
+  check_rounded(c, o, dt == kBFloat16 ? 0x1p-8 : 0x1p-11, x.in, x.r.out, x.r.stats, x.g, href, hg);
+  return {x.r.out, x.g.dq, x.g.dk, x.g.dv};
 }
 
 }  // namespace sdpa_dense

@@ -12,10 +12,7 @@
 // thread (36 KiB at float32 with its row padding), where the score rules, the online softmax
 // and the dropout run over whole vectors.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -583,29 +580,3 @@ void CpuBackend::sdpa_backward(const SdpaParams& p, const View& dout, const Sdpa
 }
 
 }  // namespace tg::cpu
-
-namespace tg {
-
-namespace {
-// -1: not set, the environment decides; else 0 or 1.
-std::atomic<int>& sdpa_amx_setting() {
-  static std::atomic<int> setting{-1};
-  return setting;
-}
-}  // namespace
-
-bool cpu_sdpa_amx() {
-  // The AMX products need the AVX-512 build's tile strides (whole tiles of 16 floats).
-  if (cpu::simd::kLanes<float> != 16 || !cpu::amx::available()) return false;
-  const int set = sdpa_amx_setting().load();
-  if (set >= 0) return set == 1;
-  static const bool env_on = [] {
-    const char* env = std::getenv("TAPEGRAD_CPU_SDPA_AMX");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  return env_on;
-}
-
-void set_cpu_sdpa_amx(bool on) { sdpa_amx_setting().store(on ? 1 : 0); }
-
-}  // namespace tg
