@@ -103,6 +103,16 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
 }
 
+// What of the softmax scale multiplies q before the products: all of it for the FMA kernel; on
+// AMX, sdpa_amx::q_scale.
+template <class T>
+T q_scale_of(T scale, bool amx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (amx) return sdpa_amx::q_scale(scale);
+  }
+  return scale;
+}
+
 // How the forward tiles the query rows. A tile is kBr rows of one query head, and the tiles of
 // a key/value head share one packing of its K^T and V (a thread's, in its L2). When a head's
 // query rows fit one tile (decoding: one or a few rows a head), a tile stacks the rows of as many
@@ -229,9 +239,7 @@ void forward_typed(const SdpaParams& p) {
     cost.add(nh * tile.rows * (std::max<int64_t>(kr.hi - first_key<T>(kr.lo), 0) + Dqk + Dv));
   }
   const T ninf = -std::numeric_limits<T>::infinity(), scale = static_cast<T>(p.scale);
-  // What of the scale multiplies q: all of it for the FMA kernel; on AMX, sdpa_amx::q_scale.
-  T q_scale = scale;
-  if constexpr (kFloat) q_scale = amx ? sdpa_amx::q_scale(scale) : scale;
+  const T q_scale = q_scale_of(scale, amx);
   TaskShares shares(cost);
 #pragma omp parallel
   {
@@ -388,8 +396,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool amx = kFloat && sdpa_amx::usable(p);  // as the forward decided
-  T q_scale = scale;                               // as in the forward; dK takes the rest
-  if constexpr (kFloat) q_scale = amx ? sdpa_amx::q_scale(scale) : scale;
+  const T q_scale = q_scale_of(scale, amx);        // as in the forward; dK takes the rest
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head, part of its keys): it owns dK and dV of those keys and the
