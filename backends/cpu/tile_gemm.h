@@ -179,26 +179,47 @@ constexpr int fold_hi(int l, int bs, int w) {
   const int base = l / (2 * bs) * 2 * bs, i = l % (2 * bs);
   return i < bs ? base + bs + i : w + base + i;
 }
-template <int BS, class V, size_t... L>
-[[gnu::always_inline]] inline V fold(V a, V b, std::index_sequence<L...>) {
+// op(x, y) is a + for sums and a max for maxima.
+template <int BS, class V, class Op, size_t... L>
+[[gnu::always_inline]] inline V fold(V a, V b, Op op, std::index_sequence<L...>) {
   constexpr int w = sizeof...(L);
-  return __builtin_shufflevector(a, b, fold_lo(L, BS, w)...) +
-         __builtin_shufflevector(a, b, fold_hi(L, BS, w)...);
+  return op(__builtin_shufflevector(a, b, fold_lo(L, BS, w)...),
+            __builtin_shufflevector(a, b, fold_hi(L, BS, w)...));
 }
+struct Plus {
+  template <class V>
+  V operator()(V a, V b) const {
+    return a + b;
+  }
+};
 // v[0] = the lane sums of v[0 .. n): lane l the sum of v[bit_reverse(l)]'s lanes (n = W vectors,
 // folded pairwise in log2(W) rounds).
-template <class T, int BS>
-[[gnu::always_inline]] inline void fold_all(simd::Vec<T>* v, int n) {
+template <class T, int BS, class Op = Plus>
+[[gnu::always_inline]] inline void fold_all(simd::Vec<T>* v, int n, Op op = {}) {
   for (int i = 0; i < n / 2; ++i)
-    v[i] = fold<BS>(v[2 * i], v[2 * i + 1], std::make_index_sequence<simd::kLanes<T>>{});
-  if constexpr (BS > 1) fold_all<T, BS / 2>(v, n / 2);
+    v[i] = fold<BS>(v[2 * i], v[2 * i + 1], op, std::make_index_sequence<simd::kLanes<T>>{});
+  if constexpr (BS > 1) fold_all<T, BS / 2>(v, n / 2, op);
 }
 constexpr int bit_reverse(int j, int w) {
   int r = 0;
   for (int bit = 1; bit < w; bit <<= 1) r = (r << 1) | ((j & bit) ? 1 : 0);
   return r;
 }
+template <class V, size_t... L>
+[[gnu::always_inline]] inline V bit_reversed(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, bit_reverse(static_cast<int>(L), sizeof...(L))...);
+}
 }  // namespace tile_detail
+
+// Lane i of the result: v[i]'s lanes reduced by op (tile_detail::Plus for sums, or a max), for
+// the W = kLanes<T> vectors v[0 .. W), which it overwrites. W rows' sums at once take log2(W)
+// rounds of two shuffles and an op for all of them, where a row at a time takes that for each.
+template <class T, class Op>
+[[gnu::always_inline]] inline simd::Vec<T> reduce_each(simd::Vec<T>* v, Op op) {
+  constexpr int W = simd::kLanes<T>;
+  tile_detail::fold_all<T, W / 2>(v, W, op);
+  return tile_detail::bit_reversed(v[0], std::make_index_sequence<W>{});
+}
 
 namespace tile_detail {
 // tile_dots with B's row j holding its elements [x, x + W) at b + j * ldb + (x / W) * bk: bk = W
