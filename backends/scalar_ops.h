@@ -77,19 +77,25 @@ TG_HD inline float exp_f32(float x) {
 // nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (from |x| = 9.01 that rounds to 1, and
 // e^(2|x|) = inf gives exactly 1). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
 // (tests/test_cpu_kernels.cpp checks 2); -0 stays -0 and NaN stays NaN.
-TG_HD inline float tanh_f32(float x) {
-  const float a = x < 0.0f ? -x : x, u = x * x;
-  float p = 2.20910087e-3f;
-  p = p * u - 8.25379416e-3f;
+// For float and for GCC's float vectors alike, with exp_of an exp of F (simd::tanh runs it on
+// vectors, with simd::exp: the same bits).
+template <class F, class Exp>
+TG_HD inline F tanh_by(F x, Exp exp_of) {
+  const F a = x < 0.0f ? -x : x, u = x * x;
+  F p = u * 2.20910087e-3f - 8.25379416e-3f;
   p = p * u + 2.17335559e-2f;
   p = p * u - 5.39531820e-2f;
   p = p * u + 1.33332610e-1f;
   p = p * u - 3.33333313e-1f;
-  const float small = x + x * (u * p);
-  const float big = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
-  const float r = a < 0.625f ? small : (x < 0.0f ? -big : big);
+  const F small = x + x * (u * p);
+  const F big = 1.0f - 2.0f / (exp_of(2.0f * a) + 1.0f);
+  const F r = a < 0.625f ? small : (x < 0.0f ? -big : big);
   return x == 0.0f ? x : r;  // NaN: a < 0.625 is false and big is NaN
 }
+struct ExpF32 {
+  TG_HD float operator()(float x) const { return exp_f32(x); }
+};
+TG_HD inline float tanh_f32(float x) { return tanh_by(x, ExpF32{}); }
 
 template <class T>
 TG_HD inline T exp_any(T x) {

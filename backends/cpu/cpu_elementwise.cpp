@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd.h"
 #include "backends/cpu/strided_loop.h"
 #include "backends/scalar_ops.h"
 
@@ -14,10 +15,11 @@ T* at(const View& v) {
   return static_cast<T*>(v.data);
 }
 
-// out = f(x) elementwise; unit-stride runs get their own loop so the compiler vectorizes it, and
-// a transposed x is read a tile at a time (for_each_transposed_tile).
-template <class To, class Ti, class F>
-void map1(const View& x, const View& out, F f) {
+// out = f(x) elementwise; unit-stride runs get their own loop so the compiler vectorizes it (or
+// vf's, when given: f on a whole vector of Ti), and a transposed x is read a tile at a time
+// (for_each_transposed_tile).
+template <class To, class Ti, class F, class VF = std::nullptr_t>
+void map1(const View& x, const View& out, F f, VF vf = nullptr) {
   const Ti* xp = at<const Ti>(x);
   To* op = at<To>(out);
   using Offs = std::array<int64_t, 2>;
@@ -34,7 +36,12 @@ void map1(const View& x, const View& out, F f) {
                     To* dst = op + o[0];
                     const Ti* src = xp + o[1];
                     if (s[0] == 1 && s[1] == 1) {
-                      for (int64_t i = 0; i < n; ++i) dst[i] = f(src[i]);
+                      int64_t i = 0;
+                      if constexpr (!std::is_same_v<VF, std::nullptr_t>) {
+                        constexpr int64_t W = simd::kLanes<Ti>;
+                        for (; i + W <= n; i += W) simd::store(dst + i, vf(simd::load(src + i)));
+                      }
+                      for (; i < n; ++i) dst[i] = f(src[i]);
                     } else {
                       for (int64_t i = 0; i < n; ++i) dst[i * s[0]] = f(src[i * s[1]]);
                     }
@@ -70,6 +77,23 @@ void map2(const View& a, const View& b, const View& out, F f) {
                       for (int64_t i = 0; i < n; ++i) dst[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
                     }
                   });
+}
+
+// The float32 ops whose unit-stride runs take simd's vector functions, which give their scalar
+// functors' bits in fewer instructions than the compiler makes of the scalar code (AVX-512: 2^n
+// in one vscalefps). Over 4M float32 on two Intel AVX-512 cores: exp 0.78 ms against 0.89 (the
+// memory-bound pow(x, 2): 0.74), tanh 1.15-1.21 against 1.62 (its division's share stays).
+template <class Fn, class T>
+constexpr bool kVectorUnary = std::is_same_v<T, float> &&
+                              (std::is_same_v<Fn, scalar::unary_fn::Exp> ||
+                               std::is_same_v<Fn, scalar::unary_fn::Tanh>);
+template <class Fn>
+simd::Vec<float> vector_unary(simd::Vec<float> x) {
+  if constexpr (std::is_same_v<Fn, scalar::unary_fn::Exp>) {
+    return simd::exp<float>(x);
+  } else {
+    return simd::tanh<float>(x);
+  }
 }
 
 }  // namespace
@@ -130,7 +154,12 @@ void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param)
       if (p == -1) return with(std::integral_constant<int, -1>{});
       if (p == 0) return with(std::integral_constant<int, 0>{});
     }
-    map1<To, T>(x, out, [fn, p](T v) { return scalar::apply_unary(fn, v, p); });
+    const auto f = [fn, p](T v) { return scalar::apply_unary(fn, v, p); };
+    if constexpr (kVectorUnary<decltype(fn), T>) {
+      map1<To, T>(x, out, f, [](simd::Vec<float> v) { return vector_unary<decltype(fn)>(v); });
+    } else {
+      map1<To, T>(x, out, f);
+    }
   });
 }
 
