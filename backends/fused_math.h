@@ -48,16 +48,24 @@ TG_HD inline void rope_rotate(T even, T odd, T c, T s, T& out_even, T& out_odd) 
   out_odd = even * s + odd * c;
 }
 
-// SwiGLU: silu(gate) * up, and its gradient from dout.
+// SwiGLU: silu(gate) * up, and its gradient from dout, given s = sigmoid(gate) (T a scalar or a
+// GCC float vector: the CPU kernel runs whole vectors), and from gate alone.
+template <class T>
+TG_HD inline T swiglu_from_sigmoid(T gate, T up, T s) {
+  return gate * s * up;
+}
+template <class T>
+TG_HD inline void swiglu_grad_from_sigmoid(T gate, T up, T dout, T s, T& dgate, T& dup) {
+  dgate = dout * up * scalar::silu_grad_from_sigmoid(gate, s);
+  dup = dout * gate * s;
+}
 template <class T>
 TG_HD inline T swiglu(T gate, T up) {
-  return gate * scalar::sigmoid(gate) * up;
+  return swiglu_from_sigmoid(gate, up, scalar::sigmoid(gate));
 }
 template <class T>
 TG_HD inline void swiglu_grad(T gate, T up, T dout, T& dgate, T& dup) {
-  const T s = scalar::sigmoid(gate);
-  dgate = dout * up * scalar::silu_grad_from_sigmoid(gate, s);
-  dup = dout * gate * s;
+  swiglu_grad_from_sigmoid(gate, up, dout, scalar::sigmoid(gate), dgate, dup);
 }
 
 }  // namespace fused

@@ -129,15 +129,27 @@ TG_HD inline T tanh_any(T x) {
   }
 }
 
+// 1 / (1 + e^-x) for float, double and GCC's float vectors alike, with exp_of an exp of F (the
+// CPU's fused SwiGLU runs it on vectors with simd::exp: the same bits).
+template <class F, class Exp>
+TG_HD inline F sigmoid_by(F x, Exp exp_of) {
+  return 1.0f / (1.0f + exp_of(-x));
+}
+struct ExpAny {
+  template <class T>
+  TG_HD T operator()(T x) const {
+    return exp_any(x);
+  }
+};
 template <class T>
 TG_HD inline T sigmoid(T x) {
-  return T(1) / (T(1) + exp_any(-x));
+  return sigmoid_by(x, ExpAny{});
 }
 
-// silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x).
+// silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x) (T a scalar or a GCC float vector).
 template <class T>
 TG_HD inline T silu_grad_from_sigmoid(T x, T s) {
-  return s * (T(1) + x * (T(1) - s));
+  return s * (1.0f + x * (1.0f - s));
 }
 
 // GELU, tanh form: 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), computed as

@@ -105,6 +105,22 @@ TEST_CASE("swiglu: values against silu(gate) * up, gradcheck, errors") {
   tgtest::check_throws_with_prefix([] { swiglu(zeros({2, 4}, kInt64)); }, "[swiglu]", "");
 }
 
+// The float32 kernel takes whole vectors of a row (simd::exp) and the scalar functors on the
+// row's rest: the same gate and up values as one row of 48 pairs and as 16 rows of 3 must give
+// the same bits, forward and backward.
+TEST_CASE("swiglu on float32: a row's vectors and its scalar tail agree bit for bit") {
+  Tensor gate = rnd({48}, 15, -9, 9).to(kFloat32), up = rnd({48}, 16, -3, 3).to(kFloat32);
+  Tensor grad = rnd({48}, 17, -2, 2).to(kFloat32);
+  Tensor wide = cat({gate.view({1, 48}), up.view({1, 48})}, 1);
+  Tensor narrow = cat({gate.view({16, 3}), up.view({16, 3})}, 1);
+  CHECK(swiglu(wide).to_vector<float>() == swiglu(narrow).to_vector<float>());
+  Tensor dw = swiglu_backward(grad.view({1, 48}), wide),
+         dn = swiglu_backward(grad.view({16, 3}), narrow);
+  CHECK(dw.slice(1, 0, 48).to_vector<float>() == dn.slice(1, 0, 3).contiguous().to_vector<float>());
+  CHECK(dw.slice(1, 48, 96).to_vector<float>() ==
+        dn.slice(1, 3, 6).contiguous().to_vector<float>());
+}
+
 TEST_CASE("SwiGLU MLP: gradcheck through its input and weights") {
   Generator gen{3, 0};
   nn::MLP mlp(4, 6, gen, 0.5, kFloat64);
