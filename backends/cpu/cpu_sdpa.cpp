@@ -54,6 +54,7 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   const T ninf = -std::numeric_limits<T>::infinity();
   const int64_t rp = round_to_lanes<T>(rows);
   const auto max = [](V a, V b) { return simd::max(a, b); };
+  const auto plus = [](V a, V b) { return a + b; };
   // Each row's partial (a max or a sum over whole vectors), reduced W rows at a time by
   // reduce_each (a lane at a time, row by row, was a quarter of this function's time: forward at
   // (1, 8, 1024, 64), one core of an Intel AVX-512 machine).
@@ -89,7 +90,7 @@ void online_softmax(T* s, int64_t ld, int64_t rows, int64_t cols, int64_t cp, T*
   }
   for (int64_t r = rows; r < rp; ++r) part[r] = V{};
   for (int64_t r0 = 0; r0 < rp; r0 += W) {
-    const V sum = reduce_each<T>(part + r0, tile_detail::Plus{});
+    const V sum = reduce_each<T>(part + r0, plus);
     simd::store(l + r0, simd::load(l + r0) * simd::load(alpha + r0) + sum);
   }
 }

@@ -211,8 +211,8 @@ template <class V, size_t... L>
 }
 }  // namespace tile_detail
 
-// Lane i of the result: v[i]'s lanes reduced by op (tile_detail::Plus for sums, or a max), for
-// the W = kLanes<T> vectors v[0 .. W), which it overwrites. W rows' sums at once take log2(W)
+// Lane i of the result: v[i]'s lanes reduced by op (a + for sums, a max for maxima), for the
+// W = kLanes<T> vectors v[0 .. W), which it overwrites. W rows' sums at once take log2(W)
 // rounds of two shuffles and an op for all of them, where a row at a time takes that for each.
 template <class T, class Op>
 [[gnu::always_inline]] inline simd::Vec<T> reduce_each(simd::Vec<T>* v, Op op) {
