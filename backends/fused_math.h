@@ -48,24 +48,17 @@ TG_HD inline void rope_rotate(T even, T odd, T c, T s, T& out_even, T& out_odd) 
   out_odd = even * s + odd * c;
 }
 
-// SwiGLU: silu(gate) * up, and its gradient from dout, given s = sigmoid(gate) (T a scalar or a
-// GCC float vector: the CPU kernel runs whole vectors), and from gate alone.
-template <class T>
-TG_HD inline T swiglu_from_sigmoid(T gate, T up, T s) {
-  return gate * s * up;
-}
-template <class T>
-TG_HD inline void swiglu_grad_from_sigmoid(T gate, T up, T dout, T s, T& dgate, T& dup) {
-  dgate = dout * up * scalar::silu_grad_from_sigmoid(gate, s);
-  dup = dout * gate * s;
-}
+// SwiGLU: silu(gate) * up, and its gradient from dout (T a scalar, or a vector of floats: the CPU
+// kernel runs whole vectors through these formulas, scalar::exp_any's VectorExp).
 template <class T>
 TG_HD inline T swiglu(T gate, T up) {
-  return swiglu_from_sigmoid(gate, up, scalar::sigmoid(gate));
+  return gate * scalar::sigmoid(gate) * up;
 }
 template <class T>
 TG_HD inline void swiglu_grad(T gate, T up, T dout, T& dgate, T& dup) {
-  swiglu_grad_from_sigmoid(gate, up, dout, scalar::sigmoid(gate), dgate, dup);
+  const T s = scalar::sigmoid(gate);
+  dgate = dout * up * scalar::silu_grad_from_sigmoid(gate, s);
+  dup = dout * gate * s;
 }
 
 }  // namespace fused

@@ -71,16 +71,33 @@ TG_HD inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 
+// exp of a GCC vector of floats: the CPU backend's simd.h specializes this with its vector exp,
+// which gives exp_f32's bits, so that the elementwise list's expressions and the fused kernels'
+// formulas, written once, also run a vector at a time (cpu_elementwise.cpp, cpu_model.cpp).
+template <class V>
+struct VectorExp;
+
+// exp of float (exp_f32), double (std::exp) or a vector of floats (VectorExp).
+template <class T>
+TG_HD inline T exp_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_f32(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::exp(x);
+  } else {
+    return VectorExp<T>::apply(x);
+  }
+}
+
 // tanh for float32 that the compiler can vectorize (std::tanh is a library call it cannot: 33 ms
 // over 4M floats on two Intel AVX-512 cores, 0.03x PyTorch's). Below |x| = 0.625 an odd
 // polynomial, x + x^3 P(x^2), P of degree 5 fitted to tanh's relative error on Chebyshev
 // nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (from |x| = 9.01 that rounds to 1, and
 // e^(2|x|) = inf gives exactly 1). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
 // (tests/test_cpu_kernels.cpp checks 2); -0 stays -0 and NaN stays NaN.
-// For float and for GCC's float vectors alike, with exp_of an exp of F (simd::tanh runs it on
-// vectors, with simd::exp: the same bits).
-template <class F, class Exp>
-TG_HD inline F tanh_by(F x, Exp exp_of) {
+// For float and for a vector of floats alike (tanh_any takes it for both).
+template <class F>
+TG_HD inline F tanh_of(F x) {
   const F a = x < 0.0f ? -x : x, u = x * x;
   F p = u * 2.20910087e-3f - 8.25379416e-3f;
   p = p * u + 2.17335559e-2f;
@@ -88,23 +105,11 @@ TG_HD inline F tanh_by(F x, Exp exp_of) {
   p = p * u + 1.33332610e-1f;
   p = p * u - 3.33333313e-1f;
   const F small = x + x * (u * p);
-  const F big = 1.0f - 2.0f / (exp_of(2.0f * a) + 1.0f);
+  const F big = 1.0f - 2.0f / (exp_any(2.0f * a) + 1.0f);
   const F r = a < 0.625f ? small : (x < 0.0f ? -big : big);
   return x == 0.0f ? x : r;  // NaN: a < 0.625 is false and big is NaN
 }
-struct ExpF32 {
-  TG_HD float operator()(float x) const { return exp_f32(x); }
-};
-TG_HD inline float tanh_f32(float x) { return tanh_by(x, ExpF32{}); }
-
-template <class T>
-TG_HD inline T exp_any(T x) {
-  if constexpr (sizeof(T) == 4) {
-    return exp_f32(x);
-  } else {
-    return std::exp(x);
-  }
-}
+TG_HD inline float tanh_f32(float x) { return tanh_of(x); }
 
 // x^p: std::pow, but for exponents whose power is one correctly rounded operation, which gives
 // it without a library call per element (the CPU kernel's loop then vectorizes: pow(x, 2) over
@@ -122,28 +127,17 @@ TG_HD inline T pow_of(T x, T p) {
 
 template <class T>
 TG_HD inline T tanh_any(T x) {
-  if constexpr (sizeof(T) == 4) {
-    return tanh_f32(x);
-  } else {
+  if constexpr (std::is_same_v<T, double>) {
     return std::tanh(x);
+  } else {
+    return tanh_of(x);
   }
 }
 
-// 1 / (1 + e^-x) for float, double and GCC's float vectors alike, with exp_of an exp of F (the
-// CPU's fused SwiGLU runs it on vectors with simd::exp: the same bits).
-template <class F, class Exp>
-TG_HD inline F sigmoid_by(F x, Exp exp_of) {
-  return 1.0f / (1.0f + exp_of(-x));
-}
-struct ExpAny {
-  template <class T>
-  TG_HD T operator()(T x) const {
-    return exp_any(x);
-  }
-};
+// 1 / (1 + e^-x); T a float, a double or a vector of floats (1.0f: a vector takes no T(1)).
 template <class T>
 TG_HD inline T sigmoid(T x) {
-  return sigmoid_by(x, ExpAny{});
+  return 1.0f / (1.0f + exp_any(-x));
 }
 
 // silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x) (T a scalar or a GCC float vector).

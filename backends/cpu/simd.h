@@ -134,19 +134,6 @@ inline Vec<T> exp(Vec<T> x) {
   }
 }
 
-// tanh lane by lane: for float32 scalar::tanh_f32 bit for bit (its polynomial below |x| =
-// 0.625, 1 - 2 / (e^(2|x|) + 1) above, through exp above), for float64 std::tanh per lane.
-template <class T>
-inline Vec<T> tanh(Vec<T> x) {
-  if constexpr (sizeof(T) == 4) {
-    return scalar::tanh_by(x, [](Vec<float> v) { return exp<float>(v); });
-  } else {
-    Vec<T> y;
-    for (int i = 0; i < kLanes<T>; ++i) y[i] = std::tanh(x[i]);
-    return y;
-  }
-}
-
 namespace exp_detail {
 // exp_nonpositive's lower bound: ln of the smallest normal float.
 inline constexpr float kMin = -87.33654f;
@@ -240,3 +227,12 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
 #endif
 
 }  // namespace tg::cpu::simd
+
+// scalar::exp_any of a vector: simd::exp, so that the scalar functors' expressions run a vector
+// at a time with the same bits as lane by lane.
+template <>
+struct tg::scalar::VectorExp<tg::cpu::simd::Vec<float>> {
+  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
+    return tg::cpu::simd::exp<float>(x);
+  }
+};
