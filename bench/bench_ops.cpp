@@ -99,6 +99,7 @@ static int run(const bench::Args& args) {
       }));
   row("exp_f32_4M", time_ms([&] { tg::exp(x); }), 0);
   row("tanh_f32_4M", time_ms([&] { tg::tanh(x); }), 0);
+  row("sigmoid_f32_4M", time_ms([&] { tg::sigmoid(x); }), 0);
   row("pow2_f32_4M", time_ms([&] { tg::pow(x, 2.0); }), 0);
   tg::Tensor m = x.reshape({4096, 1024});
   row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), ref_ms([&] {

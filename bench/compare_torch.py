@@ -31,6 +31,7 @@ def torch_cases(device):
     cases["gelu_f32_4M"] = lambda: torch.nn.functional.gelu(x, approximate="tanh")
     cases["exp_f32_4M"] = lambda: torch.exp(x)
     cases["tanh_f32_4M"] = lambda: torch.tanh(x)
+    cases["sigmoid_f32_4M"] = lambda: torch.sigmoid(x)
     cases["pow2_f32_4M"] = lambda: x.pow(2.0)
     m = x.reshape(4096, 1024)
     cases["sum_lastdim_f32_4096x1024"] = lambda: m.sum(1)
