@@ -500,6 +500,18 @@ TEST_CASE("tg::exp on float32 is within 2 ulp of a double-precision exp, exact a
       CHECK(std::abs(got[i] - want) <= 2.4e-7 * want);
     }
   }
+  // NaNs come out as they went in, a signaling one and a payload too, from both loops.
+  std::vector<float> nans(31, 1.f);
+  nans[3] = std::bit_cast<float>(0x7f800001u);   // signaling
+  nans[9] = std::bit_cast<float>(0xffc12345u);   // quiet, negative, with a payload
+  nans[30] = std::bit_cast<float>(0x7fa00000u);  // signaling, in the scalar tail
+  Tensor tn = from_vector(nans, {31});           // 31: one vector of 16 and a tail of 15
+  const auto vec_nans = exp(tn).to_vector<float>();
+  const auto lane_nans = exp(tn.unsqueeze(1).expand({-1, 2})).to_vector<float>();
+  for (int i : {3, 9, 30}) {
+    CHECK(std::bit_cast<uint32_t>(vec_nans[i]) == std::bit_cast<uint32_t>(nans[i]));
+    CHECK(std::bit_cast<uint32_t>(lane_nans[2 * i]) == std::bit_cast<uint32_t>(nans[i]));
+  }
   auto edge = exp(from_vector(std::vector<float>{-INFINITY, INFINITY, NAN, 100.f, -200.f}, {5}))
                   .to_vector<float>();
   CHECK(edge[0] == 0.f);
