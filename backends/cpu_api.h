@@ -1,6 +1,7 @@
 // The CPU entry points a user calls directly: which library runs the matrix products, and
 // what the CPU kernels were built for (benchmarks print both).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ bool cpu_gemm_bf16_native();
 // that).
 bool cpu_sdpa_amx();
 void set_cpu_sdpa_amx(bool on);
+// Whether a bfloat16 or float16 SDPA with len_q query rows a head runs on AMX: cpu_sdpa_amx()
+// and more than 64 of them. The kernels and the double backward (which then takes the
+// statistics again) decide by it alike.
+bool cpu_sdpa_on_amx(int64_t len_q);
 
 // The vector instruction set the CPU kernels were compiled for: "AVX-512", "AVX2", "AVX" or
 // "SSE2" (TAPEGRAD_NATIVE=ON compiles for the build machine's own).

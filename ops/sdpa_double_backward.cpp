@@ -205,14 +205,14 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     FirstOrderCotangents cot{up(g[0]), up(g[1]), up(g[2]), mask_grad ? up(g[3]) : Tensor()};
     const Tensor q = up(qv), k = up(sk.unpack(kOp)), v = up(sv.unpack(kOp));
     const Tensor dout = up(sd.unpack(kOp));
-    // 16-bit inputs on the CPU with AMX (cpu_sdpa_amx()): the saved statistics came from AMX's
-    // scores, which are not the float32 ones the CPU's double backward recomputes to the bit;
+    // 16-bit inputs whose CPU forward ran on AMX (cpu_sdpa_on_amx): the saved statistics came from
+    // AMX's scores, which are not the float32 ones the CPU's double backward recomputes to the bit;
     // from scores of about 10^8 the difference outgrows exp's range (P = exp(S - lse) was inf),
     // so the statistics are taken again from the widened inputs by the float32 forward, whose
     // scores are its own. (Without AMX the 16-bit forward is the float32 one on widened values.
     // CUDA's double backward is composed of ops, whose float32 products match neither forward's
     // scores to the bit.)
-    const bool restat = cd != qv.dtype() && qv.device() == kCPU && cpu_sdpa_amx();
+    const bool restat = cd != qv.dtype() && qv.device() == kCPU && cpu_sdpa_on_amx(qv.size(2));
     const Tensor stats = restat ? forward_stats(q, k, v, o) : ss.unpack(kOp);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
     DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);

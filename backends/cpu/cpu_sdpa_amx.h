@@ -37,14 +37,13 @@ constexpr int kTile = 2;  // terms of P and dS (float32)
 // bfloat16's).
 inline int data_terms(const SdpaParams& p) { return p.q.dtype == kBFloat16 ? 1 : 2; }
 
-// Whether this call's products run on AMX: 16-bit inputs where cpu_sdpa_amx() holds (an
-// AVX-512 build, whose tile strides are whole AMX tiles of 16 floats), with more query rows a
-// head than one tile: the forward's tiles of several heads and key blocks read in place (few
-// rows a head, as in decoding) keep the FMA kernel. The forward and the backward decide alike,
-// so that the backward's scores are the forward's to the bit.
+// Whether this call's products run on AMX: 16-bit inputs where cpu_sdpa_on_amx(len_q) holds (an
+// AVX-512 build, whose tile strides are whole AMX tiles of 16 floats, and more query rows a head
+// than one tile). The forward and the backward decide alike, so that the backward's scores are
+// the forward's to the bit.
 inline bool usable(const SdpaParams& p) {
   const bool half = p.q.dtype == kBFloat16 || p.q.dtype == kFloat16;
-  return half && p.len_q() > sdpa_tiles::kBr && cpu_sdpa_amx();
+  return half && cpu_sdpa_on_amx(p.len_q());
 }
 
 // A row stride for a float accumulator n columns wide: whole tiles, and not a multiple of 1 KiB

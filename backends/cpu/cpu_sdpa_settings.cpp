@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/amx_tiles.h"
+#include "backends/cpu/cpu_sdpa_scores.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu_api.h"
 
@@ -31,5 +32,9 @@ bool cpu_sdpa_amx() {
 }
 
 void set_cpu_sdpa_amx(bool on) { sdpa_amx_setting().store(on ? 1 : 0); }
+
+// A head's query rows in more than one tile: the forward's tiles of several heads and key blocks
+// read in place (few rows a head, as in decoding) keep the FMA kernel.
+bool cpu_sdpa_on_amx(int64_t len_q) { return len_q > cpu::sdpa_tiles::kBr && cpu_sdpa_amx(); }
 
 }  // namespace tg
