@@ -1,9 +1,12 @@
 // The 16-bit SDPA on AMX's tile units (backends/cpu/cpu_sdpa_amx.h) and its switch,
 // cpu_sdpa_amx().
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/amx_tiles.h"
 #include "sdpa_dense.h"
 
 using namespace tg;
@@ -87,4 +90,57 @@ TEST_CASE("16-bit inputs on AMX tiles: against the reference and the FMA kernels
     }
   }
   set_cpu_sdpa_amx(had);
+}
+
+// The B operand from K's rows (pair_columns, K^T for the scores) is the B operand from K^T's rows
+// (pair_rows) bit for bit: every element in its place of AMX's pair layout, zeros past k and n,
+// at row strides longer than k; and the three terms of each element add up to it exactly.
+TEST_CASE("AMX operands: pair_columns is pair_rows of the transpose") {
+  namespace amx = cpu::amx;
+  if (!amx::available()) {
+    MESSAGE("no AMX on this CPU: its operand layouts are not built");
+    return;
+  }
+  for (auto [k, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{40, 37, 45},
+                          {64, 130, 64},
+                          {7, 16, 9},
+                          {33, 1, 33}}) {
+    CAPTURE(k);
+    CAPTURE(n);
+    std::vector<float> rows(n * ld, 99.0f), cols(k * n);  // K: n rows of k (padding 99)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t x = 0; x < k; ++x) {
+        const float v = std::ldexp(static_cast<float>(rnd({1}, 100 * j + x).item<double>()),
+                                   static_cast<int>(x % 5) - 2);
+        rows[j * ld + x] = v;
+        cols[x * n + j] = v;
+      }
+    }
+    for (int terms = 1; terms <= 3; ++terms) {
+      CAPTURE(terms);
+      const int64_t size = amx::split_b_size(k, n, terms);
+      std::vector<uint16_t> a(size, 0xffff), b(size, 0xffff);
+      const amx::SplitB pa = amx::pair_columns(k, n, rows.data(), ld, terms, a.data());
+      const amx::SplitB pb = amx::pair_rows(k, n, cols.data(), n, terms, b.data());
+      CHECK(pa.ld == pb.ld);
+      CHECK(pa.split == pb.split);
+      CHECK(a == b);
+      if (terms < 3) continue;
+      // Element (x, j) of term t at t * split + (x / 2) * ld + 2 j + x % 2, as bfloat16 bits.
+      int64_t wrong = 0;
+      for (int64_t x = 0; x < k; ++x) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int t = 0; t < 3; ++t) {
+            const uint32_t bits = uint32_t{a[t * pa.split + x / 2 * pa.ld + 2 * j + x % 2]} << 16;
+            float f;
+            std::memcpy(&f, &bits, sizeof f);
+            sum += f;
+          }
+          wrong += sum != rows[j * ld + x];
+        }
+      }
+      CHECK(wrong == 0);
+    }
+  }
 }
