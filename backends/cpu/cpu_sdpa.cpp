@@ -419,9 +419,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       const int64_t k0 = std::min(part * part_keys, seq.rows_kv);
       const int64_t n = std::min(k0 + part_keys, seq.rows_kv) - k0;  // this part's keys
       // The part's K^T (for scores by tile products), K and V^T (key k0 first), packed once for
-      // every query tile; dK and dV accumulators.
-      T* kt = head.get(Dqk * part_r + part_max * dq_p + Dv * part_r + part_max * (dq_p + dv_p));
-      T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = vt + Dv * part_r;
+      // every query tile (the FMA kernel's: AMX packs its own); dK and dV.
+      const int64_t packed = amx ? 0 : Dqk * part_r + part_max * dq_p + Dv * part_r;
+      T* kt = head.get(packed + part_max * (dq_p + dv_p));
+      T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = kt + packed;
       T* dv = dk + part_max * dq_p;
       if (amx) {
         if constexpr (kFloat) amx_ops.pack_part(p, b, hk, seq.kv0 + k0, n);
