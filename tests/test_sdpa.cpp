@@ -287,6 +287,29 @@ TEST_CASE("edge cases: single query or key, huge scores, p = 0 and p near 1") {
   CHECK(rel_error(r.out, sdpa_reference(q, k, v, high).out) < 1e-10);
 }
 
+// A softmax scale of 0 makes every score 0: out is the mean of v, dq and dk are 0. (The CPU's
+// backward multiplied dK by scale / q's share of it, 0 / 0: dk came out NaN.)
+TEST_CASE("softmax scale 0: uniform attention, zero dq and dk") {
+  SdpaOptions o;
+  o.scale = 0.0;
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    for (int64_t sq : {3, 100}) {  // scores by dots of K's rows, and by tile products
+      CAPTURE(dt);
+      CAPTURE(sq);
+      const Tensor q = rnd({1, 2, sq, 16}, 1).to(dt), k = rnd({1, 2, 90, 16}, 2).to(dt);
+      const Tensor v = rnd({1, 2, 90, 16}, 3).to(dt), dout = rnd({1, 2, sq, 16}, 4).to(dt);
+      const SdpaResult r = sdpa_forward(q, k, v, o);
+      const SdpaGrads g = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+      const Tensor mean_v = tg::mean(v.to(kFloat64), {2}, true);
+      const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 1e-2;
+      CHECK(max_abs(sub(r.out.to(kFloat64), mean_v)) < tol);
+      for (const Tensor& t : {g.dq, g.dk})
+        CHECK(t.to(kFloat64).to_vector<double>() == std::vector<double>(t.numel(), 0.0));
+      CHECK(tgtest::all_finite(g.dv));
+    }
+  }
+}
+
 TEST_CASE("few query rows a head: the backward sees the forward's scores bit for bit") {
   // Up to 8 query rows a head, every pass takes the scores as dot products of K's rows, whatever
   // the threads and however many heads a forward tile stacks (scores_by_dots). At a softmax scale

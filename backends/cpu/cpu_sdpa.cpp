@@ -388,7 +388,9 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
   const bool plain = !dropout && p.softcap <= 0 && !g.dscores.data;  // dS = P (dP - D)
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool amx = kFloat && sdpa_amx::usable(p);  // as the forward decided
-  const T q_scale = q_scale_of(scale, amx);        // as in the forward; dK takes the rest
+  const T q_scale = q_scale_of(scale, amx);        // as in the forward; dK takes the rest:
+  // 1 where q took all of the scale (x / x would be NaN at a softmax scale of 0, where dK is 0)
+  const T dk_factor = q_scale == scale ? T(1) : scale / q_scale;
   using V = simd::Vec<T>;
   constexpr int64_t W = simd::kLanes<T>;
   // One task per (batch, kv head, part of its keys): it owns dK and dV of those keys and the
@@ -536,7 +538,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       if (amx) {
         if constexpr (kFloat) amx_ops.transpose_out(n, Dqk, Dv, dk, dq_p, dv, dv_p);
       }
-      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, scale / q_scale);
+      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, dk_factor);
       store_rows(g.dv, b, hk, seq.kv0 + k0, n, dv, dv_p, T(1));
     }
     if (parts > 1) {  // dQ: the parts' sums added in part order
