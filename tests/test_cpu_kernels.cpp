@@ -401,3 +401,45 @@ TEST_CASE(
         }
     }
 }
+
+// KeyRowsWritten against a model that keeps one flag a row: over a sequence of products (key
+// ranges, each followed by its write), every row a product reaches is added to exactly when an
+// earlier product or a gap's zeroing wrote it, the gaps between disjoint ranges are zeroed, and
+// finish zeroes exactly the rows never written.
+TEST_CASE("KeyRowsWritten: each row written once before it is added to, the rest zeroed") {
+  using tg::cpu::sdpa_tiles::KeyRowsWritten;
+  const int64_t n = 40;
+  // Overlapping and touching ranges in both directions, one inside, and two apart from the rest.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> sequences{
+      {{0, 16}, {0, 32}, {16, 16}, {8, 24}},
+      {{24, 16}, {8, 16}, {0, 40}},
+      {{4, 4}, {20, 8}, {0, 2}},
+      {{0, 8}, {9, 4}, {3, 2}},  // gaps of one row, above and below
+      {{10, 5}, {0, 9}},
+      {}};
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    CAPTURE(s);
+    KeyRowsWritten w;
+    std::vector<int> written(n, 0), bad;
+    const auto zero = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (written[r]) bad.push_back(static_cast<int>(r));  // zeroed after a write
+        written[r] = 1;
+      }
+    };
+    for (auto [a, len] : sequences[s]) {
+      int64_t covered = 0;
+      w.product(a, len, [&](int64_t r0, int64_t m, bool add) {
+        covered += m;
+        for (int64_t r = r0; r < r0 + m; ++r)
+          if (add != (written[r] == 1)) bad.push_back(static_cast<int>(r));
+      });
+      CHECK(covered == len);
+      w.wrote(a, len, zero);
+      for (int64_t r = a; r < a + len; ++r) written[r] = 1;
+    }
+    w.finish(n, zero);
+    CHECK(bad.empty());
+    CHECK(written == std::vector<int>(n, 1));
+  }
+}

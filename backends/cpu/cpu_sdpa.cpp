@@ -271,7 +271,13 @@ void forward_typed(const SdpaParams& p) {
       const bool next_head = after >= 0 && !tiling.by_block && next.b * Hk + next.hk != packed_head;
       std::fill(m, m + kBr, ninf);  // whole tiles: online_softmax works on W rows at a time
       std::fill(l, l + kBr, T(0));
-      std::fill(acc, acc + R * dv_p, T(0));
+      // O accumulates in the output's rows where it can (one head a tile, the FMA kernel), else
+      // in acc: the first key block writes it, the others add to it.
+      T* const out_rows =
+          !amx && nh == 1 ? rows_to_accumulate<T>(p.out, b, h, seq.q0 + i0, dv_p) : nullptr;
+      T* const o = out_rows ? out_rows : acc;
+      const int64_t ldo = out_rows ? p.out.strides[2] : dv_p;
+      if (!out_rows) std::fill(acc, acc + R * dv_p, T(0));
       const KeyRange kr = key_range(p, seq, i0, rows);
       for (int64_t g = 0; g < nh; ++g)
         load_rows(p.q, b, h + g, seq.q0 + i0, rows, qt + g * rows * dq_n, dq_n);
@@ -314,13 +320,17 @@ void forward_typed(const SdpaParams& p) {
         if (amx) {
           if constexpr (kFloat) amx_ops.values(R, Dv, j0, cols, s, kLd, alpha, acc, dv_p);
         } else {
-          tile_gemm(R, dv_n, cols, s, kLd, 1, values.rows, values.ld, acc, dv_p, true, alpha);
+          tile_gemm(R, dv_n, cols, s, kLd, 1, values.rows, values.ld, o, ldo, !out_rows || t > 0,
+                    alpha);
         }
+      }
+      if (out_rows && blocks == 0) {  // no key visible: out 0
+        for (int64_t r = 0; r < R; ++r) std::fill(o + r * ldo, o + r * ldo + dv_n, T(0));
       }
       for (int64_t r = 0; r < R; ++r) {
         const bool any = l[r] > T(0);
         const T inv = any ? T(1) / l[r] : T(0);
-        for (int64_t c = 0; c < dv_n; ++c) acc[r * dv_p + c] *= inv;
+        for (int64_t c = 0; c < dv_n; ++c) o[r * ldo + c] *= inv;
       }
       for (int64_t g = 0; g < nh; ++g) {
         T* stats = sdpa_stats_at<T>(p.stats, b, h + g, seq.q0 + i0);
@@ -328,7 +338,8 @@ void forward_typed(const SdpaParams& p) {
           const int64_t x = g * rows + r;
           stats[r * p.stats.strides[2]] = l[x] > T(0) ? m[x] + std::log(l[x]) : ninf;
         }
-        store_rows(p.out, b, h + g, seq.q0 + i0, rows, acc + g * rows * dv_p, dv_p, T(1));
+        if (!out_rows)
+          store_rows(p.out, b, h + g, seq.q0 + i0, rows, acc + g * rows * dv_p, dv_p, T(1));
       }
     }
   }
@@ -426,18 +437,50 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       T* kt = head.get(packed + part_max * (dq_p + dv_p));
       T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = kt + packed;
       T* dv = dk + part_max * dq_p;
+      // dK and dV accumulate in the outputs' rows where both can (the FMA kernel, whose dK takes
+      // no factor), else in dk and dv.
+      T* const dk_rows = !amx && dk_factor == T(1)
+                             ? rows_to_accumulate<T>(g.dk, b, hk, seq.kv0 + k0, dq_p)
+                             : nullptr;
+      T* const dv_rows = dk_rows ? rows_to_accumulate<T>(g.dv, b, hk, seq.kv0 + k0, dv_p) : nullptr;
+      const bool kv_in_place = dk_rows && dv_rows;
+      T* const dka = kv_in_place ? dk_rows : dk;
+      T* const dva = kv_in_place ? dv_rows : dv;
+      const int64_t ldk = kv_in_place ? g.dk.strides[2] : dq_p;
+      const int64_t ldv = kv_in_place ? g.dv.strides[2] : dv_p;
+      KeyRowsWritten written;
+      const auto zero_kv = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          std::fill(dka + r * ldk, dka + r * ldk + Dqk, T(0));
+          std::fill(dva + r * ldv, dva + r * ldv + Dv, T(0));
+        }
+      };
+      // A product into rows [jk, jk + cols) of dK or dV: f(r0, m, accumulate).
+      const auto key_rows = [&](int64_t jk, int64_t cols, auto&& f) {
+        if (kv_in_place) {
+          written.product(jk, cols, f);
+        } else {
+          f(jk, cols, true);
+        }
+      };
       if (amx) {
         if constexpr (kFloat) amx_ops.pack_part(p, b, hk, seq.kv0 + k0, n);
       } else {
         if (!dots) load_transposed_panels(p.k, b, hk, seq.kv0 + k0, n, kt);
         load_rows_panels(p.k, b, hk, seq.kv0 + k0, n, kr, dq_p, part_max * W);
         load_transposed_panels(p.v, b, hk, seq.kv0 + k0, n, vt);
-        std::fill(dk, dk + part_max * (dq_p + dv_p), T(0));
+        if (!kv_in_place) std::fill(dk, dk + part_max * (dq_p + dv_p), T(0));
       }
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
         for (int64_t i0 = 0; i0 < seq.rows_q; i0 += kBr) {
           const int64_t rows = std::min(kBr, seq.rows_q - i0);
-          std::fill(dq, dq + rows * dq_p, T(0));
+          // dQ accumulates in the output's rows where it can (one part, the FMA kernel), else in
+          // dq: the first key block writes it, the others add to it.
+          T* const dq_rows =
+              !amx && parts == 1 ? rows_to_accumulate<T>(g.dq, b, h, seq.q0 + i0, dq_p) : nullptr;
+          T* const dqa = dq_rows ? dq_rows : dq;
+          const int64_t ldq = dq_rows ? g.dq.strides[2] : dq_p;
+          if (!dq_rows) std::fill(dq, dq + rows * dq_p, T(0));
           const KeyRange all = key_range(p, seq, i0, rows);
           const KeyRange range{std::max(all.lo, k0), std::min(all.hi, k0 + n)};
           if (range.lo < range.hi) {
@@ -497,7 +540,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               if (amx) {
                 if constexpr (kFloat) amx_ops.values_grad(rows, Dv, jk, cols, P, kLd);
               } else {
-                tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
+                key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+                  tile_gemm(m, dv_p, rows, P + (r0 - jk), 1, kLd, dot, dv_p, dva + r0 * ldv, ldv,
+                            add);
+                });
               }
             } else {
               probabilities(s, kLd, rows, cols, cp, lse);  // P from the saved logsumexp
@@ -513,7 +559,10 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
                   amx_ops.score_grads(rows, Dv, jk, cols, dp, kLd);
                 }
               } else {
-                tile_gemm(cols, dv_p, rows, P, 1, kLd, dot, dv_p, dv + jk * dv_p, dv_p, true);
+                key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+                  tile_gemm(m, dv_p, rows, P + (r0 - jk), 1, kLd, dot, dv_p, dva + r0 * ldv, ldv,
+                            add);
+                });
                 tile_gemm_panels(rows, cp, Dv, dot, dv_p, 1, vt + jk * Dv, Dv * W, dp, kLd, false);
               }
               score_grad(p, g, s, pd, dp, th, dvec, b, h, i0, rows, j0, cols);
@@ -522,12 +571,25 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             if (amx) {
               if constexpr (kFloat) amx_ops.key_query_grads(rows, Dqk, jk, cols, dp, kLd, dq, dq_p);
             } else {
-              tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + jk * W, part_max * W, dq, dq_p,
-                               true);
-              tile_gemm(cols, dq_p, rows, dp, 1, kLd, qs, dq_p, dk + jk * dq_p, dq_p, true);
+              tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + jk * W, part_max * W, dqa, ldq,
+                               !dq_rows || t > 0);
+              key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+                tile_gemm(m, dq_p, rows, dp + (r0 - jk), 1, kLd, qs, dq_p, dka + r0 * ldk, ldk,
+                          add);
+              });
+              if (kv_in_place) written.wrote(jk, cols, zero_kv);
             }
           }
-          if (parts == 1) {
+          if (dq_rows) {  // dQ times the scale, or 0 where no key is visible
+            for (int64_t r = 0; r < rows; ++r) {
+              T* row = dq_rows + r * ldq;
+              if (blocks == 0) {
+                std::fill(row, row + Dqk, T(0));
+              } else {
+                for (int64_t c = 0; c < Dqk; ++c) row[c] *= scale;
+              }
+            }
+          } else if (parts == 1) {
             store_rows(g.dq, b, h, seq.q0 + i0, rows, dq, dq_p, scale);
           } else {
             T* dst = dq_parts + ((part * Hq + h) * first_row[B] + first_row[b] + i0) * dq_p;
@@ -538,8 +600,12 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       if (amx) {
         if constexpr (kFloat) amx_ops.transpose_out(n, Dqk, Dv, dk, dq_p, dv, dv_p);
       }
-      store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, dk_factor);
-      store_rows(g.dv, b, hk, seq.kv0 + k0, n, dv, dv_p, T(1));
+      if (kv_in_place) {
+        written.finish(n, zero_kv);
+      } else {
+        store_rows(g.dk, b, hk, seq.kv0 + k0, n, dk, dq_p, dk_factor);
+        store_rows(g.dv, b, hk, seq.kv0 + k0, n, dv, dv_p, T(1));
+      }
     }
     if (parts > 1) {  // dQ: the parts' sums added in part order
 #pragma omp for schedule(dynamic, 1)
