@@ -10,7 +10,9 @@
 // pages and spread over the L1's sets) and then read by every query tile of every query head
 // of the group from that core's cache. Scores, P and dS stay in one kBr x kBc tile per
 // thread (36 KiB at float32 with its row padding), where the score rules, the online softmax
-// and the dropout run over whole vectors.
+// and the dropout run over whole vectors. O, dQ, dK and dV accumulate in the outputs' own rows
+// where those are rows of whole vectors of the kernel's type (rows_to_accumulate), else in the
+// thread's rows, copied out at the end.
 #include <algorithm>
 #include <cmath>
 #include <limits>
