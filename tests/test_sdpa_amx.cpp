@@ -101,10 +101,11 @@ TEST_CASE("AMX operands: pair_columns is pair_rows of the transpose") {
     MESSAGE("no AMX on this CPU: its operand layouts are not built");
     return;
   }
-  for (auto [k, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{40, 37, 45},
-                          {64, 130, 64},
-                          {7, 16, 9},
-                          {33, 1, 33}}) {
+  for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{40, 37, 45},
+                            {64, 130, 64},
+                            {7, 16, 9},
+                            {33, 1, 33}}) {
+    const int64_t k = std::get<0>(shape), n = std::get<1>(shape), ld = std::get<2>(shape);
     CAPTURE(k);
     CAPTURE(n);
     std::vector<float> rows(n * ld, 99.0f), cols(k * n);  // K: n rows of k (padding 99)
