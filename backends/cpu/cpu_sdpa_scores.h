@@ -104,11 +104,10 @@ T* rows_to_accumulate(const View& v, int64_t b, int64_t h, int64_t row0, int64_t
 // The rows of a backward task's dK and dV that its products have written so far, when they
 // accumulate in the outputs themselves (rows_to_accumulate): the first product that reaches a key
 // writes its rows, later ones add to them, and the rows no query tile reaches are zeroed at the
-// end. The keys
-// a task's query tiles reach form one interval, [lo, hi): each tile's keys are an interval, and
-// as the tiles move down the sequence the causal, window and padding rules move their intervals
-// so that they overlap or touch. (Were a tile's keys ever apart from the interval, the rows
-// between would be zeroed then, keeping it one.)
+// end. The keys a task's query tiles reach form one interval, [lo, hi): each tile's keys are an
+// interval, and as the tiles move down the sequence the causal, window and padding rules move
+// their intervals so that they overlap or touch. (Were a tile's keys ever apart from the
+// interval, the rows between would be zeroed then, keeping it one.)
 class KeyRowsWritten {
  public:
   // f(r0, m, accumulate) over the rows [a, a + n), in up to three runs.
