@@ -521,3 +521,22 @@ TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN whe
     }
   }
 }
+
+TEST_CASE("emulated tensor-core sdpa: a softmax scale of 0 (uniform attention, dq and dk 0)") {
+  // The kernels whose scores skip the raw path (a.scale > 0) take this one: against the CPU,
+  // whose dq and dk are exactly 0 here, so the bounds leave them no room.
+  std::mt19937_64 rng(2057);
+  Config c;
+  c.Hq = 2;
+  c.Sq = 70;
+  c.Skv = 50;
+  c.Dqk = c.Dv = 32;
+  c.opts.scale = 0.0;
+  for (const char* wgmma : {"off", "on"}) {
+    const Wgmma mode(wgmma);
+    for (DType dt : {kFloat32, kBFloat16}) {
+      INFO("wgmma " << wgmma << ", " << std::string(dtype_name(dt)));
+      compare_config(c, dt, 15000, rng, kCPU, run_both_orders);
+    }
+  }
+}
