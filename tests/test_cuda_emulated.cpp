@@ -523,8 +523,9 @@ TEST_CASE("emulated tensor-core sdpa: a NaN in q or the float mask gives NaN whe
 }
 
 TEST_CASE("emulated tensor-core sdpa: a softmax scale of 0 (uniform attention, dq and dk 0)") {
-  // The kernels whose scores skip the raw path (a.scale > 0) take this one: against the CPU,
-  // whose dq and dk are exactly 0 here, so the bounds leave them no room.
+  // The kernels' raw-score path and the warpgroup products need a positive scale, so both
+  // switch settings run the mma.sync kernels' other path here: against the CPU, whose dq and dk
+  // are exactly 0, so the bounds leave them no room.
   std::mt19937_64 rng(2057);
   Config c;
   c.Hq = 2;
