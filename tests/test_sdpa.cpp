@@ -156,40 +156,47 @@ TEST_CASE("the backward's key parts: against sdpa_reference at 1 to 3 threads") 
 // The CPU kernels accumulate float32 and float64 outputs in their own rows where a row is whole
 // vectors (rows_to_accumulate): those outputs must keep nothing of the memory they were given.
 // Each call follows the freeing of NaN tensors of its outputs' sizes, whose blocks malloc hands
-// back to it; the padding leaves query rows and keys that nothing reaches, and 1 to 3 threads
-// give the backward one key part or several.
+// back to it (each under glibc's first mmap threshold). The padding leaves query rows and keys
+// that nothing reaches. With 150 keys the backward's dQ accumulates in place; with 600 keys of
+// one kv head it splits them into two parts (key_parts), whose dQ are partial sums, and causal
+// leaves the second part unreached.
 TEST_CASE("outputs accumulated in place keep nothing of their memory") {
   const int threads_before = get_num_threads();
   for (DType dt : {kFloat32, kFloat64}) {
-    CAPTURE(dt);
-    const Tensor q = rnd({1, 4, 150, 16}, 1).to(dt), k = rnd({1, 2, 150, 16}, 2).to(dt);
-    const Tensor v = rnd({1, 2, 150, 16}, 3).to(dt), dout = rnd({1, 4, 150, 16}, 4).to(dt);
-    SdpaOptions o;
-    o.causal = true;
-    o.seq_len_q = from_vector(std::vector<int64_t>{100}, {1});
-    o.seq_len_kv = from_vector(std::vector<int64_t>{70}, {1});
-    Tensor rq = q.to(kFloat64).requires_grad_(), rk = k.to(kFloat64).requires_grad_();
-    Tensor rv = v.to(kFloat64).requires_grad_();
-    const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
-    const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {dout.to(kFloat64)});
-    const auto nan_blocks = [&] {
+    for (const auto& keys : {std::pair<int64_t, int64_t>{150, 70}, {600, 550}}) {
+      const int64_t skv = keys.first, len_kv = keys.second;
+      CAPTURE(dt);
+      CAPTURE(skv);
+      const Tensor q = rnd({1, 2, 150, 16}, 1).to(dt), k = rnd({1, 1, skv, 16}, 2).to(dt);
+      const Tensor v = rnd({1, 1, skv, 16}, 3).to(dt), dout = rnd({1, 2, 150, 16}, 4).to(dt);
+      SdpaOptions o;
+      o.causal = true;
+      o.seq_len_q = from_vector(std::vector<int64_t>{100}, {1});
+      o.seq_len_kv = from_vector(std::vector<int64_t>{len_kv}, {1});
+      Tensor rq = q.to(kFloat64).requires_grad_(), rk = k.to(kFloat64).requires_grad_();
+      Tensor rv = v.to(kFloat64).requires_grad_();
+      const SdpaResult ref = sdpa_reference(rq, rk, rv, o);
+      const std::vector<Tensor> rg = grad({ref.out}, {rq, rk, rv}, {dout.to(kFloat64)});
       const double nan = std::numeric_limits<double>::quiet_NaN();
-      std::vector<Tensor> junk{full({1, 4, 150, 16}, nan, dt), full({1, 4, 150, 16}, nan, dt),
-                               full({1, 2, 150, 16}, nan, dt), full({1, 2, 150, 16}, nan, dt)};
-    };
-    const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
-    for (int threads : {1, 2, 3}) {
-      CAPTURE(threads);
-      set_num_threads(threads);
-      nan_blocks();
-      const SdpaResult r = sdpa_forward(q, k, v, o);
-      nan_blocks();
-      const SdpaGrads g = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
-      for (const Tensor& t : {r.out, g.dq, g.dk, g.dv}) CHECK(tgtest::all_finite(t));
-      CHECK(rel_error(r.out, ref.out) < tol);
-      CHECK(rel_error(g.dq, rg[0]) < tol);
-      CHECK(rel_error(g.dk, rg[1]) < tol);
-      CHECK(rel_error(g.dv, rg[2]) < tol);
+      const Shape qs{1, 2, 150, 16}, ks{1, 1, skv, 16};
+      const auto nan_blocks = [&] {
+        std::vector<Tensor> junk{full(qs, nan, dt), full(qs, nan, dt), full(ks, nan, dt),
+                                 full(ks, nan, dt)};
+      };
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        nan_blocks();
+        const SdpaResult r = sdpa_forward(q, k, v, o);
+        nan_blocks();
+        const SdpaGrads g = sdpa_backward(q, k, v, r.out, dout, r.stats, o);
+        for (const Tensor& t : {r.out, g.dq, g.dk, g.dv}) CHECK(tgtest::all_finite(t));
+        CHECK(rel_error(r.out, ref.out) < tol);
+        CHECK(rel_error(g.dq, rg[0]) < tol);
+        CHECK(rel_error(g.dk, rg[1]) < tol);
+        CHECK(rel_error(g.dv, rg[2]) < tol);
+      }
     }
   }
   set_num_threads(threads_before);
