@@ -212,7 +212,13 @@ std::vector<Tensor> detail::sdpa_backward_differentiable(const Tensor& q, const 
     // scores are its own. (Without AMX the 16-bit forward is the float32 one on widened values.
     // CUDA's double backward is composed of ops, whose float32 products match neither forward's
     // scores to the bit.)
-    const bool restat = cd != qv.dtype() && qv.device() == kCPU && cpu_sdpa_on_amx(qv.size(2));
+    // (Query rows a head as the kernels count them: the longest sequence's in the ragged layout,
+    // whose packed (T, H, D) q has no row dim of its own.)
+    const auto rows_a_head = [&] {
+      const std::optional<detail::SdpaRagged> r = detail::sdpa_ragged(q, k, v, o);
+      return r ? r->max_q : q.size(2);
+    };
+    const bool restat = cd != qv.dtype() && qv.device() == kCPU && cpu_sdpa_on_amx(rows_a_head());
     const Tensor stats = restat ? forward_stats(q, k, v, o) : ss.unpack(kOp);
     std::optional<DoubleBackward> fused = fused_double_backward(q, k, v, dout, stats, o, cot);
     DoubleBackward r = fused ? *fused : composed_double_backward(q, k, v, dout, stats, o, cot);

@@ -425,3 +425,20 @@ TEST_CASE("bad ragged input gets an [sdpa] error") {
       },
       "[sdpa_backward]", "'dout'");
 }
+
+TEST_CASE("16-bit ragged rows: the double backward takes statistics that match its own scores") {
+  // The ragged layout's query rows a head are its longest sequence's (70 here: the forward
+  // multiplies bfloat16 on AMX), not the packed tensor's size(2), its head dim (16). At a softmax
+  // scale of 1e12 the AMX scores differ from the float32 double backward's by more than exp's
+  // range, so unless the double backward takes the statistics again its gradients are inf or NaN
+  // (test_sdpa_double_backward checks the padded layout).
+  SdpaOptions o;
+  o.scale = 1e12;
+  o.cu_seqlens_q = from_vector(std::vector<int64_t>{0, 70, 130}, {3});
+  o.cu_seqlens_kv = from_vector(std::vector<int64_t>{0, 70, 130}, {3});
+  const Tensor q = rnd({130, 2, 16}, 1).to(kBFloat16), k = rnd({130, 2, 16}, 2).to(kBFloat16);
+  const Tensor v = rnd({130, 2, 16}, 3).to(kBFloat16);
+  const Tensor dout = rnd({130, 2, 16}, 4).to(kBFloat16);
+  for (const Tensor& t : tgtest::second_order(sdpa, q, k, v, dout, Tensor(), o, 5))
+    CHECK(tgtest::all_finite(t));
+}
