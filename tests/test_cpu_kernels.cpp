@@ -419,7 +419,7 @@ TEST_CASE("KeyRowsWritten: each row written once before it is added to, the rest
       {}};
   for (size_t s = 0; s < sequences.size(); ++s) {
     CAPTURE(s);
-    KeyRowsWritten w;
+    KeyRowsWritten w(true);
     std::vector<int> written(n, 0), bad;
     const auto zero = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {

@@ -433,36 +433,28 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
       const SdpaSequence seq = sdpa_sequence(p, b);
       const int64_t k0 = std::min(part * part_keys, seq.rows_kv);
       const int64_t n = std::min(k0 + part_keys, seq.rows_kv) - k0;  // this part's keys
-      // The part's K^T (for scores by tile products), K and V^T (key k0 first), packed once for
-      // every query tile (the FMA kernel's: AMX packs its own); dK and dV.
-      const int64_t packed = amx ? 0 : Dqk * part_r + part_max * dq_p + Dv * part_r;
-      T* kt = head.get(packed + part_max * (dq_p + dv_p));
-      T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = kt + packed;
-      T* dv = dk + part_max * dq_p;
       // dK and dV accumulate in the outputs' rows where both can (the FMA kernel, whose dK takes
-      // no factor), else in dk and dv.
+      // no factor), else in the task's dk and dv.
       T* const dk_rows = !amx && dk_factor == T(1)
                              ? rows_to_accumulate<T>(g.dk, b, hk, seq.kv0 + k0, dq_p)
                              : nullptr;
       T* const dv_rows = dk_rows ? rows_to_accumulate<T>(g.dv, b, hk, seq.kv0 + k0, dv_p) : nullptr;
       const bool kv_in_place = dk_rows && dv_rows;
+      // The part's K^T (for scores by tile products), K and V^T (key k0 first), packed once for
+      // every query tile (the FMA kernel's: AMX packs its own); dk and dv where they are used.
+      const int64_t packed = amx ? 0 : Dqk * part_r + part_max * dq_p + Dv * part_r;
+      T* kt = head.get(packed + (kv_in_place ? 0 : part_max * (dq_p + dv_p)));
+      T *kr = kt + Dqk * part_r, *vt = kr + part_max * dq_p, *dk = kt + packed;
+      T* dv = dk + part_max * dq_p;
       T* const dka = kv_in_place ? dk_rows : dk;
       T* const dva = kv_in_place ? dv_rows : dv;
       const int64_t ldk = kv_in_place ? g.dk.strides[2] : dq_p;
       const int64_t ldv = kv_in_place ? g.dv.strides[2] : dv_p;
-      KeyRowsWritten written;
+      KeyRowsWritten written(kv_in_place);
       const auto zero_kv = [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           std::fill(dka + r * ldk, dka + r * ldk + Dqk, T(0));
           std::fill(dva + r * ldv, dva + r * ldv + Dv, T(0));
-        }
-      };
-      // A product into rows [jk, jk + cols) of dK or dV: f(r0, m, accumulate).
-      const auto key_rows = [&](int64_t jk, int64_t cols, auto&& f) {
-        if (kv_in_place) {
-          written.product(jk, cols, f);
-        } else {
-          f(jk, cols, true);
         }
       };
       if (amx) {
@@ -542,7 +534,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
               if (amx) {
                 if constexpr (kFloat) amx_ops.values_grad(rows, Dv, jk, cols, P, kLd);
               } else {
-                key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+                written.product(jk, cols, [&](int64_t r0, int64_t m, bool add) {
                   tile_gemm(m, dv_p, rows, P + (r0 - jk), 1, kLd, dot, dv_p, dva + r0 * ldv, ldv,
                             add);
                 });
@@ -561,7 +553,7 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
                   amx_ops.score_grads(rows, Dv, jk, cols, dp, kLd);
                 }
               } else {
-                key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+                written.product(jk, cols, [&](int64_t r0, int64_t m, bool add) {
                   tile_gemm(m, dv_p, rows, P + (r0 - jk), 1, kLd, dot, dv_p, dva + r0 * ldv, ldv,
                             add);
                 });
@@ -575,11 +567,11 @@ void backward_typed(const SdpaParams& p, const View& dout, const SdpaGradViews& 
             } else {
               tile_gemm_panels(rows, dq_p, cols, dp, kLd, 1, kr + jk * W, part_max * W, dqa, ldq,
                                !dq_rows || t > 0);
-              key_rows(jk, cols, [&](int64_t r0, int64_t m, bool add) {
+              written.product(jk, cols, [&](int64_t r0, int64_t m, bool add) {
                 tile_gemm(m, dq_p, rows, dp + (r0 - jk), 1, kLd, qs, dq_p, dka + r0 * ldk, ldk,
                           add);
               });
-              if (kv_in_place) written.wrote(jk, cols, zero_kv);
+              written.wrote(jk, cols, zero_kv);
             }
           }
           if (dq_rows) {  // dQ times the scale, or 0 where no key is visible

@@ -107,12 +107,18 @@ T* rows_to_accumulate(const View& v, int64_t b, int64_t h, int64_t row0, int64_t
 // end. The keys a task's query tiles reach form one interval, [lo, hi): each tile's keys are an
 // interval, and as the tiles move down the sequence the causal, window and padding rules move
 // their intervals so that they overlap or touch. (Were a tile's keys ever apart from the
-// interval, the rows between would be zeroed then, keeping it one.)
+// interval, the rows between would be zeroed then, keeping it one.) Where dK and dV are the task's
+// own rows (in_place false), zeroed before the first product, every product adds to them.
 class KeyRowsWritten {
  public:
+  explicit KeyRowsWritten(bool in_place) : in_place_(in_place) {}
   // f(r0, m, accumulate) over the rows [a, a + n), in up to three runs.
   template <class F>
   void product(int64_t a, int64_t n, F&& f) const {
+    if (!in_place_) {
+      f(a, n, true);
+      return;
+    }
     const int64_t c = a + n;
     if (lo_ >= hi_) {
       f(a, n, false);
@@ -126,6 +132,7 @@ class KeyRowsWritten {
   // Rows [a, a + n) written; zero(r0, r1) writes 0 to rows [r0, r1).
   template <class Zero>
   void wrote(int64_t a, int64_t n, Zero&& zero) {
+    if (!in_place_) return;
     const int64_t c = a + n;
     if (lo_ >= hi_) {
       lo_ = a;
@@ -140,6 +147,7 @@ class KeyRowsWritten {
   // The task's rows [0, n) that no product wrote, to 0.
   template <class Zero>
   void finish(int64_t n, Zero&& zero) const {
+    if (!in_place_) return;
     if (lo_ >= hi_) {
       zero(0, n);
       return;
@@ -149,6 +157,7 @@ class KeyRowsWritten {
   }
 
  private:
+  bool in_place_;
   int64_t lo_ = 0, hi_ = 0;
 };
 

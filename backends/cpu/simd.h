@@ -109,7 +109,7 @@ inline Vec<T> exp(Vec<T> x) {
     Vec<float> n;
     const Vec<float> p = scalar::exp_reduced(xc, n);
     const __m512 xv = reinterpret_cast<__m512>(x);
-    const __mmask16 keep = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLo), _CMP_NLT_UQ);
+    const __mmask16 keep = _mm512_cmp_ps_mask(xv, reinterpret_cast<__m512>(lo), _CMP_NLT_UQ);
     const __m512 y =
         _mm512_maskz_scalef_ps(keep, reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(n));
     return reinterpret_cast<Vec<float>>(
