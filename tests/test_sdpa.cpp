@@ -107,9 +107,9 @@ TEST_CASE("sdpa is differentiable through the tape: float64 gradcheck") {
 
 TEST_CASE("the backward's key parts: against sdpa_reference at 1 to 3 threads") {
   // With fewer kv heads than four a thread the backward splits each head's keys into parts,
-  // each a task with its own partial dQ sum added at the end (cpu_sdpa.cpp, key_parts: one part
-  // per 256 keys at most); the random suite's short sequences never get a second one. Results
-  // are the same bits run to run at a given thread count.
+  // each a task with its own partial dQ sum added at the end (cpu_sdpa_backward.cpp, key_parts:
+  // one part per 256 keys at most); the random suite's short sequences never get a second one.
+  // Results are the same bits run to run at a given thread count.
   std::mt19937_64 rng(20261126);
   const int threads_before = get_num_threads();
   for (int n = 0; n < 6; ++n) {

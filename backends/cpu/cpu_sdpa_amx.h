@@ -1,12 +1,13 @@
-// The 16-bit SDPA's tile products on AMX (amx_tiles.h), for cpu_sdpa.cpp: the operands each
-// product reads, converted to AMX's layouts once where they are reused (a head's keys and
-// values, a query tile's rows) and per key block where they are made (P and dS). q, k, v and
-// dO are exact in their terms (one for bfloat16, two for float16: data_terms), so their
-// products are exact; P and dS are float32 and go in as two terms (16 significant bits), so
-// that every result is within about 2^-16 of the float32 kernel's, far inside the 16-bit type's
-// rounding (FlashAttention-2 and the CUDA tensor-core kernels round P and dS to the 16-bit type
-// itself). The score rules, the softmax and everything between the products stay in
-// cpu_sdpa.cpp, on float32 tiles as with the FMA micro-kernel.
+// The 16-bit SDPA's tile products on AMX (amx_tiles.h), for cpu_sdpa_forward.cpp and
+// cpu_sdpa_backward.cpp: the operands each product reads, converted to AMX's layouts once where
+// they are reused (a head's keys and values, a query tile's rows) and per key block where they
+// are made (P and dS). q, k, v and dO are exact in their terms (one for bfloat16, two for
+// float16: data_terms), so their products are exact; P and dS are float32 and go in as two
+// terms (16 significant bits), so that every result is within about 2^-16 of the float32
+// kernel's, far inside the 16-bit type's rounding (FlashAttention-2 and the CUDA tensor-core
+// kernels round P and dS to the 16-bit type itself). The score rules, the softmax and
+// everything between the products stay in the kernels' files, on float32 tiles as with the FMA
+// micro-kernel.
 //
 // q goes into the products times the softmax scale where that is a power of two (q_scale), else
 // unscaled (scale q would not be exact in its terms), and then the scale is applied to the scores
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cpu/aligned_buffer.h"
 #include "backends/cpu/amx_tiles.h"
@@ -60,6 +62,16 @@ inline int64_t accumulator_stride(int64_t n) {
 inline float q_scale(float scale) {
   int e = 0;
   return std::frexp(scale, &e) == 0.5f && e > -32 && e < 32 ? scale : 1.0f;
+}
+
+// What of the softmax scale multiplies q before the products: all of it for the FMA kernel
+// (amx false, or float64); on AMX, q_scale.
+template <class T>
+T q_scale_of(T scale, bool amx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (amx) return q_scale(scale);
+  }
+  return scale;
 }
 
 // s = scale q K^T over keys [j0, j0 + cols) of the packed K^T (rows x cols at row stride ld,

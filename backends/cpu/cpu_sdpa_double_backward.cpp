@@ -1,7 +1,8 @@
 // SDPA's double backward on the CPU (docs/SDPA_DOUBLE_BACKWARD.md derives it; the names below
-// are the derivation's), tiled as the backward in cpu_sdpa.cpp is. One task per (batch, kv
-// head), or per part of its query tiles when there are few heads for the threads, owns the
-// gradients of that head's K and V (a partial sum of them, with parts). For each query tile:
+// are the derivation's), tiled as the backward in cpu_sdpa_backward.cpp is. One task per
+// (batch, kv head), or per part of its query tiles when there are few heads for the threads,
+// owns the gradients of that head's K and V (a partial sum of them, with parts). For each
+// query tile:
 //
 //   sweep 1, over the key tiles: S, P (from the saved logsumexp), dP = dO Vᵀ, G (the cotangent
 //     of the score gradient) and X = dO Cᵀ, kept in caches one query tile high and Skv wide,

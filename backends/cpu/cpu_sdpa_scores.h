@@ -19,6 +19,10 @@ namespace tg::cpu::sdpa_tiles {
 // The tiles of the forward, backward and double backward kernels.
 constexpr int64_t kBr = 64;   // query rows per tile
 constexpr int64_t kBc = 128;  // keys per tile (a multiple of every vector width)
+// The row stride of the forward's and backward's score tiles: kBc plus one cache line, so that
+// the column walks of the transposed products (P^T dO, dS^T Q read a column of the tile per
+// step) spread over the L1's sets rather than landing every 512 bytes in an eighth of them.
+constexpr int64_t kLd = kBc + 16;
 
 // Whether a call's scores are dot products of K's rows (tile_dots) rather than tile products:
 // when a head has at most kDotRows query rows (decoding), few enough that transposing K into
@@ -99,6 +103,25 @@ template <class T>
 T* rows_to_accumulate(const View& v, int64_t b, int64_t h, int64_t row0, int64_t width) {
   if (v.dtype != dtype_of<T>::value || v.strides[3] != 1 || v.sizes[3] != width) return nullptr;
   return static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + row0 * v.strides[2];
+}
+
+// A tile's rows of an output for its products to accumulate into, `count` rows of `width`
+// (whole vectors): the output's own (rows_to_accumulate) where `allowed` and they can be, which
+// the first product then writes and the later ones add to; else `scratch` (row stride width),
+// zeroed, which the caller copies out at the end.
+template <class T>
+struct TileRows {
+  T* rows;
+  int64_t ld;
+  bool in_place;
+};
+template <class T>
+TileRows<T> tile_rows(bool allowed, const View& v, int64_t b, int64_t h, int64_t row0,
+                      int64_t count, int64_t width, T* scratch) {
+  if (T* own = allowed ? rows_to_accumulate<T>(v, b, h, row0, width) : nullptr)
+    return {own, v.strides[2], true};
+  std::fill(scratch, scratch + count * width, T(0));
+  return {scratch, width, false};
 }
 
 // The rows of a backward task's dK and dV that its products have written so far, when they
