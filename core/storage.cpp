@@ -19,30 +19,38 @@ std::atomic<int64_t> g_live_count{0};
 std::atomic<int64_t> g_live_bytes{0};
 std::atomic<int64_t> g_peak_bytes{0};
 
-// Freed CPU blocks of 32 MiB and more, kept for the next request of the same size. glibc maps
-// such a block afresh on every allocation (its mmap threshold stops growing at 32 MiB) and
-// unmaps it on free, so each new tensor that large pays a page fault and a page clearing per
-// 4 KiB: cat's 32 MiB output took 7.9-8.9 ms in bench_ops on two Intel AVX-512 cores, 1.7-1.8
-// ms with its block kept here. Training and inference loops allocate the same sizes step after
-// step. At most kCacheBytes are kept (the oldest blocks go first); release_free_memory() frees them
-// all. AddressSanitizer builds keep nothing, so that it still sees every use after free.
-class LargeBlockCache {
+// Freed CPU blocks of 256 KiB and more, kept for the next request of the same size class.
+// glibc maps a block of 32 MiB or more afresh on every allocation (its mmap threshold stops
+// growing there) and unmaps it on free, and it gives the top of its heap back to the system
+// when more than its trim threshold lies free there, so a tensor of either kind pays a page
+// fault and a page clearing per 4 KiB the next time: cat's 32 MiB output took 7.9-8.9 ms in
+// bench_ops on two Intel AVX-512 cores, 1.7-1.8 ms with its block kept here; the reference
+// transformer's training step took about 4,400 page faults a step (17 MiB of fresh pages) with
+// only blocks of 32 MiB kept, 3% of the step (docs/PERFORMANCE.md, session 58). Training and
+// inference loops allocate the same sizes step after step. At most kCacheBytes are kept (the
+// oldest blocks go first); release_free_memory() frees them all. AddressSanitizer builds keep
+// nothing, so that it still sees every use after free.
+class BlockCache {
  public:
-  static constexpr size_t kMinBytes = size_t{32} << 20;
+  static constexpr size_t kMinBytes = size_t{256} << 10;
 #if defined(__SANITIZE_ADDRESS__)
   static constexpr size_t kCacheBytes = 0;
 #else
   static constexpr size_t kCacheBytes = size_t{256} << 20;
 #endif
-  // Block sizes in whole 2 MiB, so that requests a little apart share blocks.
+  // Sizes rounded up to a multiple of a sixteenth of the power of two at or below them (16 KiB
+  // from 256 KiB, 2 MiB from 32 MiB), so that requests a little apart share blocks and a block
+  // is at most 1/16 larger than asked.
   static size_t block_bytes(size_t bytes) {
-    constexpr size_t kStep = size_t{2} << 20;
-    return (bytes + kStep - 1) / kStep * kStep;
+    size_t step = kMinBytes / 16;
+    while (step * 32 <= bytes) step *= 2;
+    return (bytes + step - 1) / step * step;
   }
 
   void* take(size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < blocks_.size(); ++i) {
+    // The newest first: its pages are the likeliest still in the caches.
+    for (size_t i = blocks_.size(); i-- > 0;) {
       if (blocks_[i].bytes != bytes) continue;
       void* p = blocks_[i].p;
       blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -83,8 +91,8 @@ class LargeBlockCache {
 };
 
 // Never destroyed: tensors held by static objects may be freed after it would have been.
-LargeBlockCache& large_blocks() {
-  static auto* cache = new LargeBlockCache;
+BlockCache& kept_blocks() {
+  static auto* cache = new BlockCache;
   return *cache;
 }
 
@@ -92,9 +100,9 @@ LargeBlockCache& large_blocks() {
 struct CpuAllocator final : Allocator {
   void* allocate(size_t bytes, Device) override {
     size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded >= LargeBlockCache::kMinBytes) {
-      rounded = LargeBlockCache::block_bytes(rounded);
-      if (void* p = large_blocks().take(rounded)) return p;
+    if (rounded >= BlockCache::kMinBytes) {
+      rounded = BlockCache::block_bytes(rounded);
+      if (void* p = kept_blocks().take(rounded)) return p;
     }
     void* p = std::aligned_alloc(64, rounded ? rounded : 64);
     if (!p) fail("alloc", "out of memory allocating ", bytes, " bytes on cpu");
@@ -102,8 +110,8 @@ struct CpuAllocator final : Allocator {
   }
   void deallocate(void* p, size_t bytes, Device) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded >= LargeBlockCache::kMinBytes) {
-      large_blocks().keep(p, LargeBlockCache::block_bytes(rounded));
+    if (rounded >= BlockCache::kMinBytes) {
+      kept_blocks().keep(p, BlockCache::block_bytes(rounded));
     } else {
       std::free(p);
     }
@@ -152,7 +160,7 @@ int64_t live_storage_count() { return g_live_count.load(); }
 int64_t live_storage_bytes() { return g_live_bytes.load(); }
 
 void release_free_memory() {
-  large_blocks().clear();
+  kept_blocks().clear();
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif

@@ -53,7 +53,7 @@ int64_t peak_storage_bytes();
 void reset_peak_storage_bytes();
 
 // Gives the C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere),
-// and frees the CPU blocks of 32 MiB and more kept for reuse (at most 256 MiB; none under
+// and frees the CPU blocks of 256 KiB and more kept for reuse (at most 256 MiB; none under
 // AddressSanitizer). Freed memory stays in the heap: phases that allocate buffers of many
 // sizes (an evaluation's decoding, a checkpoint) can leave the resident set well above the
 // training step's working set. The train CLI calls this after each evaluation and checkpoint

@@ -1,6 +1,7 @@
 // Tensor core: factories, views sharing storage, contiguous(), read-back, printing.
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "test_util.h"
@@ -167,39 +168,64 @@ TEST_CASE("live storage is counted") {
   CHECK(live_storage_count() == before);
 }
 
-// A freed CPU block of 32 MiB or more is kept and handed to the next tensor of its size, which
-// then takes no page faults; release_free_memory() gives it back (core/storage.cpp).
-TEST_CASE("large CPU blocks are reused until release_free_memory") {
+// A freed CPU block of 256 KiB or more is kept and handed to the next tensor of its size
+// class, which then takes no page faults; release_free_memory() gives it back
+// (core/storage.cpp).
+TEST_CASE("CPU blocks of 256 KiB and more are reused until release_free_memory") {
 #if defined(__SANITIZE_ADDRESS__)
-  MESSAGE("AddressSanitizer build: large blocks are not kept");
+  MESSAGE("AddressSanitizer build: freed blocks are not kept");
 #else
   const auto faults = [] {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     return static_cast<long>(u.ru_minflt);
   };
-  const int64_t n = int64_t{40} << 18;  // 40 MiB of float32: 10240 pages of 4 KiB
-  const auto faults_of_a_fill = [&](double value) {
-    const long before = faults();
-    Tensor t = full({n}, value);
-    const long taken = faults() - before;
-    CHECK(min(t).item<float>() == static_cast<float>(value));
-    CHECK(sum(t).item<double>() == doctest::Approx(value * static_cast<double>(n)));
-    return taken;
-  };
-  release_free_memory();
-  const long fresh = faults_of_a_fill(1.0);   // mapped afresh
-  const long reused = faults_of_a_fill(2.0);  // the block the first left
-  release_free_memory();
-  const long after_release = faults_of_a_fill(3.0);
-  INFO("page faults: fresh ", fresh, ", reused ", reused, ", after release ", after_release);
-  CHECK(reused < 500);
-  // A fresh mapping faults once per 4 KiB page, unless the system backs it with huge pages
-  // (transparent huge pages set to "always"), where there is nothing to tell apart.
-  if (fresh > 5000) {
-    CHECK(after_release > 5000);
-  } else {
-    MESSAGE("fresh mappings took ", fresh, " page faults (huge pages?): release not checked");
+  SUBCASE("40 MiB: no page faults from a kept block") {
+    const int64_t n = int64_t{40} << 18;  // 40 MiB of float32: 10240 pages of 4 KiB
+    const auto faults_of_a_fill = [&](double value) {
+      const long before = faults();
+      Tensor t = full({n}, value);
+      const long taken = faults() - before;
+      CHECK(min(t).item<float>() == static_cast<float>(value));
+      CHECK(sum(t).item<double>() == doctest::Approx(value * static_cast<double>(n)));
+      return taken;
+    };
+    release_free_memory();
+    const long fresh = faults_of_a_fill(1.0);   // mapped afresh
+    const long reused = faults_of_a_fill(2.0);  // the block the first left
+    release_free_memory();
+    const long after_release = faults_of_a_fill(3.0);
+    INFO("page faults: fresh ", fresh, ", reused ", reused, ", after release ", after_release);
+    CHECK(reused < 500);
+    // A fresh mapping faults once per 4 KiB page, unless the system backs it with huge pages
+    // (transparent huge pages set to "always"), where there is nothing to tell apart.
+    if (fresh > 5000) {
+      CHECK(after_release > 5000);
+    } else {
+      MESSAGE("fresh mappings took ", fresh, " page faults (huge pages?): release not checked");
+    }
+  }
+  SUBCASE("1 MiB: the block goes to the next tensor of its size class, not back to malloc") {
+    release_free_memory();
+    const int64_t n = int64_t{1} << 18;  // 1 MiB of float32; its size class steps by 64 KiB
+    void* kept = nullptr;
+    {
+      Tensor t = full({n}, 1.0);
+      kept = t.raw_data();
+    }
+    // Were the block back in the C heap, this allocation of its size could take it.
+    void* other = std::malloc(size_t{1} << 20);
+    REQUIRE(other != nullptr);
+    CHECK(other != kept);
+    {
+      Tensor t = empty({n - 1000});  // 4000 bytes less: the same class
+      CHECK(t.raw_data() == kept);
+    }
+    {
+      Tensor t = empty({n + 16384 + 1});  // the next class
+      CHECK(t.raw_data() != kept);
+    }
+    std::free(other);
   }
   release_free_memory();
 #endif
