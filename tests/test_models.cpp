@@ -471,6 +471,35 @@ TEST_CASE("fused kernels match their composite formulas, values and gradients") 
                       1e-14);
 }
 
+// Past 64 rows the fused backward sums dw in runs of rows (cpu_model.cpp): against the
+// composite formulas in float64, and the same bits in float32 on any thread count.
+TEST_CASE("rms_norm_backward: dw summed in runs of rows, the same on any thread count") {
+  Tensor x = rnd({203, 24}, 71), g = rnd({203, 24}, 72), w = rnd({24}, 73);
+  Tensor rstd = rsqrt(add(mean(mul(x, x), {-1}), 1e-5));
+  std::vector<Tensor> fused = rms_norm_backward(g, x, w, rstd);
+  std::vector<Tensor> composite;
+  {
+    FusedKernelsGuard off(false);
+    composite = rms_norm_backward(g, x, w, rstd);
+  }
+  tgtest::check_close(fused[0].to_vector<double>(), composite[0].to_vector<double>(), 1e-13);
+  tgtest::check_close(fused[1].to_vector<double>(), composite[1].to_vector<double>(), 1e-12);
+  const int threads_before = get_num_threads();
+  std::vector<std::vector<float>> dx, dw;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<Tensor> r =
+        rms_norm_backward(g.to(kFloat32), x.to(kFloat32), w.to(kFloat32), rstd.to(kFloat32));
+    dx.push_back(r[0].to_vector<float>());
+    dw.push_back(r[1].to_vector<float>());
+  }
+  set_num_threads(threads_before);
+  for (size_t i = 1; i < dx.size(); ++i) {
+    CHECK(dx[i] == dx[0]);
+    CHECK(dw[i] == dw[0]);
+  }
+}
+
 TEST_CASE("adamw_update_: the fused kernel and the composite update agree") {
   Tensor p = rnd({5, 7}, 51), g = rnd({5, 7}, 52), m = rnd({5, 7}, 53), v = rnd({5, 7}, 54, 0, 1);
   Tensor p2 = p.clone(), m2 = m.clone(), v2 = v.clone();

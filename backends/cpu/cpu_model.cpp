@@ -57,39 +57,48 @@ bool CpuBackend::rms_norm_backward(const View& dy, const View& x, const View& w,
     const T* wp = static_cast<const T*>(w.data);
     const T* rp = static_cast<const T*>(rstd.data);
     T* dxp = static_cast<T*>(dx.data);
-#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* g = gp + r * d;
-      const T* xr = xp + r * d;
-      double dot = 0;  // the weight's factor is exactly 1 without one (the loop is unswitched)
+    // dw's column sums come from the same pass as dx, while a row of dy and x is in cache: each
+    // of at most kChunks fixed runs of rows sums its columns in row order, in its own row of
+    // partial sums, and the runs' sums are added in run order after. The runs depend on the
+    // shape alone, so dw is the same for any thread count. (It was a second pass over dy and x,
+    // a block of columns a thread down every row: 60% of the backward's samples at the reference
+    // model's (2048, 256) on two Intel AVX-512 cores, 0.47-0.49 ms a call against 0.26-0.27 now.)
+    constexpr int64_t kChunks = 64;
+    const int64_t chunks = std::min(rows, kChunks);
+    const int64_t chunk_rows = chunks ? (rows + chunks - 1) / chunks : 0;
+    std::vector<double> partial(dw.data ? static_cast<size_t>(chunks * d) : 0, 0.0);
+#pragma omp parallel for schedule(static) if (rows * d > kParallelMin && chunks > 1)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      double* acc = dw.data ? partial.data() + ch * d : nullptr;
+      for (int64_t r = ch * chunk_rows; r < std::min(rows, (ch + 1) * chunk_rows); ++r) {
+        const T* g = gp + r * d;
+        const T* xr = xp + r * d;
+        double dot = 0;  // the weight's factor is exactly 1 without one (the loop is unswitched)
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < d; ++c)
-        dot += static_cast<double>(g[c]) * (wp ? wp[c] : T(1)) * xr[c];
-      const T rs = rp[r];
-      const T k = static_cast<T>(static_cast<double>(rs) * rs * rs * dot / static_cast<double>(d));
-      T* o = dxp + r * d;
-      if (wp) {
-        for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] * wp[c] - k * xr[c];
-      } else {
-        for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] - k * xr[c];
+        for (int64_t c = 0; c < d; ++c)
+          dot += static_cast<double>(g[c]) * (wp ? wp[c] : T(1)) * xr[c];
+        const T rs = rp[r];
+        const T k =
+            static_cast<T>(static_cast<double>(rs) * rs * rs * dot / static_cast<double>(d));
+        T* o = dxp + r * d;
+        if (wp) {
+          for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] * wp[c] - k * xr[c];
+        } else {
+          for (int64_t c = 0; c < d; ++c) o[c] = rs * g[c] - k * xr[c];
+        }
+        if (acc) {
+          const double rsd = rs;
+          for (int64_t c = 0; c < d; ++c) acc[c] += static_cast<double>(g[c]) * xr[c] * rsd;
+        }
       }
     }
     if (!dw.data) return;
-    // Columns in blocks across threads, rows in order: deterministic for any thread count.
     T* dwp = static_cast<T*>(dw.data);
-    constexpr int64_t kCols = 64;
-    const int64_t blocks = (d + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (rows * d > kParallelMin && blocks > 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t c0 = b * kCols, c1 = c0 + kCols < d ? c0 + kCols : d;
-      double acc[kCols] = {};
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* g = gp + r * d;
-        const T* xr = xp + r * d;
-        const double rs = rp[r];
-        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(g[c]) * xr[c] * rs;
-      }
-      for (int64_t c = c0; c < c1; ++c) dwp[c] = static_cast<T>(acc[c - c0]);
+#pragma omp parallel for schedule(static) if (chunks * d > kParallelMin)
+    for (int64_t c = 0; c < d; ++c) {
+      double sum = 0;
+      for (int64_t ch = 0; ch < chunks; ++ch) sum += partial[ch * d + c];
+      dwp[c] = static_cast<T>(sum);
     }
   });
   return true;
