@@ -31,14 +31,15 @@ struct AdamWConstants {
 };
 
 // p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
-template <class T>
-TG_HD inline void adamw_update(T& p, T g, T& m, T& v, const AdamWConstants<T>& c) {
+// p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). T a scalar or a vector of them (the CPU kernel
+// runs whole vectors through it).
+template <class T, class C>
+TG_HD inline void adamw_update(T& p, T g, T& m, T& v, const AdamWConstants<C>& c) {
   const T mi = c.beta1 * m + c.one_minus_beta1 * g;
   const T vi = c.beta2 * v + c.one_minus_beta2 * g * g;
   m = mi;
   v = vi;
-  p = p * c.decay - c.step * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+  p = p * c.decay - c.step * mi / (scalar::sqrt_any(vi) * c.inv_sqrt_bc2 + c.eps);
 }
 
 // RoPE: the pair (even, odd) rotated by the angle whose cosine and sine are c and s.

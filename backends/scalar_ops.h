@@ -77,6 +77,19 @@ TG_HD inline float exp_f32(float x) {
 template <class V>
 struct VectorExp;
 
+// The square root of a float or a double (std::sqrt) or of a vector of them (VectorSqrt: the CPU
+// backend's simd.h), correctly rounded in every case.
+template <class V>
+struct VectorSqrt;
+template <class T>
+TG_HD inline T sqrt_any(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::sqrt(x);
+  } else {
+    return VectorSqrt<T>::apply(x);
+  }
+}
+
 // exp of float (exp_f32), double (std::exp) or a vector of floats (VectorExp).
 template <class T>
 TG_HD inline T exp_any(T x) {

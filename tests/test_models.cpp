@@ -512,6 +512,21 @@ TEST_CASE("adamw_update_: the fused kernel and the composite update agree") {
   tgtest::check_close(p.to_vector<double>(), p2.to_vector<double>(), 1e-14);
   tgtest::check_close(m.to_vector<double>(), m2.to_vector<double>(), 1e-15);
   tgtest::check_close(v.to_vector<double>(), v2.to_vector<double>(), 1e-15);
+  // float32, 37 elements: whole vectors and a partial one (cpu_model.cpp runs it padded). Equal
+  // inputs give equal bits wherever they sit, and the composite agrees.
+  Tensor p32 = full({37}, 0.75, kFloat32), g32 = full({37}, -0.3, kFloat32);
+  Tensor m32 = full({37}, 0.1, kFloat32), v32 = full({37}, 0.02, kFloat32);
+  Tensor p32c = p32.clone(), m32c = m32.clone(), v32c = v32.clone();
+  adamw_update_(p32, g32, m32, v32, s);
+  {
+    FusedKernelsGuard off(false);
+    adamw_update_(p32c, g32, m32c, v32c, s);
+  }
+  for (const std::pair<Tensor, Tensor>& fc : {std::pair{p32, p32c}, {m32, m32c}, {v32, v32c}}) {
+    std::vector<float> f = fc.first.to_vector<float>();
+    CHECK(std::count(f.begin(), f.end(), f[0]) == 37);
+    tgtest::check_close(fc.first.to_vector<double>(), fc.second.to_vector<double>(), 1e-6);
+  }
 }
 
 TEST_CASE("add_sum_of_squares_: float64 sums, the same on any thread count, and its errors") {

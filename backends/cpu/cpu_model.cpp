@@ -270,8 +270,34 @@ bool CpuBackend::adamw_step(const View& p, const View& g, const View& m, const V
     T* mp = static_cast<T*>(m.data);
     T* vp = static_cast<T*>(v.data);
     const fused::AdamWConstants<T> c(s);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) fused::adamw_update(pp[i], gp[i], mp[i], vp[i], c);
+    // Whole vectors through the formula (the loop of scalars was not vectorized: std::sqrt may
+    // set errno, and the stores might alias the constants; the reference model's 27 updates a
+    // step took 5.2-6.1 ms), the last partial vector too, padded with zeros, so that every
+    // element takes the same instructions.
+    using V = simd::Vec<T>;
+    constexpr int64_t W = simd::kLanes<T>;
+    const auto update = [&](T* p0, const T* g0, T* m0, T* v0) {
+      V pv = simd::load(p0), mv = simd::load(m0), vv = simd::load(v0);
+      fused::adamw_update(pv, simd::load(g0), mv, vv, c);
+      simd::store(p0, pv);
+      simd::store(m0, mv);
+      simd::store(v0, vv);
+    };
+    const int64_t whole = n / W * W;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < whole; i += W) update(pp + i, gp + i, mp + i, vp + i);
+    if (whole < n) {
+      const int64_t r = n - whole;
+      T tp[W] = {}, tg[W] = {}, tm[W] = {}, tv[W] = {};
+      std::copy(pp + whole, pp + n, tp);
+      std::copy(gp + whole, gp + n, tg);
+      std::copy(mp + whole, mp + n, tm);
+      std::copy(vp + whole, vp + n, tv);
+      update(tp, tg, tm, tv);
+      std::copy(tp, tp + r, pp + whole);
+      std::copy(tm, tm + r, mp + whole);
+      std::copy(tv, tv + r, vp + whole);
+    }
   });
   return true;
 }

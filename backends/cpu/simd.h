@@ -7,7 +7,7 @@
 #include <cstring>
 #include <utility>
 
-#if defined(__AVX512F__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
@@ -87,6 +87,38 @@ inline auto reduce_sum(V v) {
   auto s = v[0];
   for (size_t i = 1; i < sizeof(V) / sizeof(s); ++i) s += v[i];
   return s;
+}
+// The square root lane by lane, correctly rounded as std::sqrt's (one vsqrtps/pd; std::sqrt in a
+// loop stays a scalar call where errno may be set, so the compiler does not vectorize it).
+template <class T>
+inline Vec<T> sqrt(Vec<T> x) {
+#if defined(__AVX512F__)
+  // The masked forms with every lane set (g++ 12 warns that _mm512_sqrt_ps's undefined pass-
+  // through may be used uninitialized; it compiles to the same vsqrtps).
+  if constexpr (sizeof(T) == 4) {
+    const __m512 v = reinterpret_cast<__m512>(x);
+    return reinterpret_cast<Vec<T>>(_mm512_mask_sqrt_ps(v, static_cast<__mmask16>(0xffff), v));
+  } else {
+    const __m512d v = reinterpret_cast<__m512d>(x);
+    return reinterpret_cast<Vec<T>>(_mm512_mask_sqrt_pd(v, static_cast<__mmask8>(0xff), v));
+  }
+#elif defined(__AVX__)
+  if constexpr (sizeof(T) == 4) {
+    return reinterpret_cast<Vec<T>>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
+  } else {
+    return reinterpret_cast<Vec<T>>(_mm256_sqrt_pd(reinterpret_cast<__m256d>(x)));
+  }
+#elif defined(__SSE2__)
+  if constexpr (sizeof(T) == 4) {
+    return reinterpret_cast<Vec<T>>(_mm_sqrt_ps(reinterpret_cast<__m128>(x)));
+  } else {
+    return reinterpret_cast<Vec<T>>(_mm_sqrt_pd(reinterpret_cast<__m128d>(x)));
+  }
+#else
+  Vec<T> y;
+  for (int i = 0; i < kLanes<T>; ++i) y[i] = std::sqrt(x[i]);
+  return y;
+#endif
 }
 
 // exp lane by lane: for float32 scalar::exp_f32 bit for bit when both are compiled alike (its
@@ -236,5 +268,19 @@ template <>
 struct tg::scalar::VectorExp<tg::cpu::simd::Vec<float>> {
   static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
     return tg::cpu::simd::exp<float>(x);
+  }
+};
+
+// scalar::sqrt_any of a vector: simd::sqrt (the fused kernels' formulas, a vector at a time).
+template <>
+struct tg::scalar::VectorSqrt<tg::cpu::simd::Vec<float>> {
+  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
+    return tg::cpu::simd::sqrt<float>(x);
+  }
+};
+template <>
+struct tg::scalar::VectorSqrt<tg::cpu::simd::Vec<double>> {
+  static tg::cpu::simd::Vec<double> apply(tg::cpu::simd::Vec<double> x) {
+    return tg::cpu::simd::sqrt<double>(x);
   }
 };
