@@ -470,6 +470,32 @@ TEST_CASE("sigmoid, silu, silu_grad on float32: the vector loop gives the scalar
   }
 }
 
+// sqrt and rsqrt on float32 take whole vectors in unit-stride runs (simd::sqrt) and std::sqrt lane
+// by lane elsewhere: both correctly rounded, so the same bits, and sqrt is the float of the exact
+// root; the special values as std::sqrt gives them.
+TEST_CASE("sqrt, rsqrt on float32: the vector loop gives the scalar loop's bits") {
+  std::vector<float> xs;
+  xs.reserve(3000 + 8);
+  for (int i = 0; i < 3000; ++i)
+    xs.push_back(0.0371f * static_cast<float>(i) * static_cast<float>(i));
+  xs.insert(xs.end(), {0.f, -0.f, 1e-40f, 3.4e38f, -1.f, INFINITY, -INFINITY, NAN});
+  Tensor t = from_vector(xs, {static_cast<int64_t>(xs.size())});
+  for (auto op :
+       {+[](const Tensor& x) { return sqrt(x); }, +[](const Tensor& x) { return rsqrt(x); }}) {
+    const std::vector<float> vec = op(t).to_vector<float>();
+    const std::vector<float> lanes = pairs_of(op(t.unsqueeze(1).expand({-1, 2})));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      INFO("x = " << xs[i] << ": vector " << vec[i] << ", lanes " << lanes[i]);
+      CHECK(std::bit_cast<uint32_t>(vec[i]) == std::bit_cast<uint32_t>(lanes[i]));
+    }
+  }
+  const std::vector<float> got = sqrt(t).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    INFO("x = " << xs[i]);
+    CHECK(std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(std::sqrt(xs[i])));
+  }
+}
+
 // tg::exp on float32 runs simd::exp on unit-stride runs and scalar::exp_f32 on strided ones and a
 // run's tail, which must agree bit for bit: checked here through the op, both loops.
 TEST_CASE("tg::exp on float32 is within 2 ulp of a double-precision exp, exact at the edges") {
