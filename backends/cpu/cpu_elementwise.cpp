@@ -89,7 +89,8 @@ void map2(const View& a, const View& b, const View& out, F f) {
 template <class Fn, class T>
 constexpr bool kVectorUnary =
     std::is_same_v<T, float> &&
-    (std::is_same_v<Fn, scalar::unary_fn::Exp> || std::is_same_v<Fn, scalar::unary_fn::Sqrt> ||
+    (std::is_same_v<Fn, scalar::unary_fn::Exp> || std::is_same_v<Fn, scalar::unary_fn::Log> ||
+     std::is_same_v<Fn, scalar::unary_fn::Sqrt> ||
      std::is_same_v<Fn, scalar::unary_fn::Rsqrt> || std::is_same_v<Fn, scalar::unary_fn::Tanh> ||
      std::is_same_v<Fn, scalar::unary_fn::Sigmoid> || std::is_same_v<Fn, scalar::unary_fn::Silu> ||
      std::is_same_v<Fn, scalar::unary_fn::SiluGrad>);

@@ -121,6 +121,24 @@ inline Vec<T> sqrt(Vec<T> x) {
 #endif
 }
 
+// log lane by lane: scalar::log_f32's steps on vectors, with its bits (float32 only).
+inline Vec<float> log(Vec<float> x) {
+  using V = Vec<float>;
+  using VI = Vec<int32_t>;
+  const VI subnormal = x < splat(1.17549435e-38f);
+  const VI bits = reinterpret_cast<VI>(subnormal ? x * splat(8388608.0f) : x);
+  VI e = ((bits >> 23) & 0xff) - (subnormal ? 150 : 127);
+  V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
+  const VI big = m > splat(scalar::kLogSqrt2);
+  m = big ? m * splat(0.5f) : m;
+  e = big ? e + 1 : e;
+  V r = scalar::log_reduced(m - splat(1.0f), __builtin_convertvector(e, V));
+  r = x == splat(__builtin_inff()) ? x : r;
+  r = x == splat(0.0f) ? splat(-__builtin_inff()) : r;
+  r = x < splat(0.0f) ? reinterpret_cast<V>(VI{} + 0x7fc00000) : r;
+  return x != x ? x : r;
+}
+
 // exp lane by lane: for float32 scalar::exp_f32 bit for bit when both are compiled alike (its
 // clamp, scalar::exp_reduced, and p 2^n; test_ops compares the elementwise kernel's loops), exact
 // 0 below -104, inf above 88.7, NaN stays NaN; for float64 std::exp per lane
@@ -282,5 +300,12 @@ template <>
 struct tg::scalar::VectorSqrt<tg::cpu::simd::Vec<double>> {
   static tg::cpu::simd::Vec<double> apply(tg::cpu::simd::Vec<double> x) {
     return tg::cpu::simd::sqrt<double>(x);
+  }
+};
+// scalar::log_any of a vector: simd::log.
+template <>
+struct tg::scalar::VectorLog<tg::cpu::simd::Vec<float>> {
+  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
+    return tg::cpu::simd::log(x);
   }
 };
