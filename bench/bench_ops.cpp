@@ -101,6 +101,10 @@ static int run(const bench::Args& args) {
   row("tanh_f32_4M", time_ms([&] { tg::tanh(x); }), 0);
   row("sigmoid_f32_4M", time_ms([&] { tg::sigmoid(x); }), 0);
   row("pow2_f32_4M", time_ms([&] { tg::pow(x, 2.0); }), 0);
+  const tg::Tensor xa = tg::abs(x);  // positive arguments: no NaN path
+  row("sqrt_f32_4M", time_ms([&] { tg::sqrt(xa); }), 0);
+  row("rsqrt_f32_4M", time_ms([&] { tg::rsqrt(xa); }), 0);
+  row("log_f32_4M", time_ms([&] { tg::log(xa); }), 0);
   tg::Tensor m = x.reshape({4096, 1024});
   row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), ref_ms([&] {
         float* o = out.data();
