@@ -50,7 +50,7 @@ TG_HD inline void rope_rotate(T even, T odd, T c, T s, T& out_even, T& out_odd) 
 }
 
 // SwiGLU: silu(gate) * up, and its gradient from dout (T a scalar, or a vector of floats: the CPU
-// kernel runs whole vectors through these formulas, scalar::exp_any's VectorExp).
+// kernel runs whole vectors through these formulas, scalar::exp_any's VectorMath).
 template <class T>
 TG_HD inline T swiglu(T gate, T up) {
   return gate * scalar::sigmoid(gate) * up;

@@ -114,40 +114,14 @@ TG_HD inline float log_f32(float x) {
   return x != x ? x : r;
 }
 
-// exp of a GCC vector of floats: the CPU backend's simd.h specializes this with its vector exp,
-// which gives exp_f32's bits, so that the elementwise list's expressions and the fused kernels'
+// exp, log and sqrt of a GCC vector: the CPU backend's simd.h specializes this for its vectors
+// (exp and log of floats, with exp_f32's and log_f32's bits; sqrt of floats and doubles,
+// correctly rounded), so that the elementwise list's expressions and the fused kernels'
 // formulas, written once, also run a vector at a time (cpu_elementwise.cpp, cpu_model.cpp).
 template <class V>
-struct VectorExp;
+struct VectorMath;
 
-// The square root of a float or a double (std::sqrt) or of a vector of them (VectorSqrt: the CPU
-// backend's simd.h), correctly rounded in every case.
-template <class V>
-struct VectorSqrt;
-template <class T>
-TG_HD inline T sqrt_any(T x) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return std::sqrt(x);
-  } else {
-    return VectorSqrt<T>::apply(x);
-  }
-}
-
-template <class V>
-struct VectorLog;
-// log of float (log_f32), double (std::log) or a vector of floats (VectorLog: simd.h).
-template <class T>
-TG_HD inline T log_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return log_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::log(x);
-  } else {
-    return VectorLog<T>::apply(x);
-  }
-}
-
-// exp of float (exp_f32), double (std::exp) or a vector of floats (VectorExp).
+// exp of float (exp_f32), double (std::exp) or a vector of floats (VectorMath).
 template <class T>
 TG_HD inline T exp_any(T x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -155,7 +129,30 @@ TG_HD inline T exp_any(T x) {
   } else if constexpr (std::is_same_v<T, double>) {
     return std::exp(x);
   } else {
-    return VectorExp<T>::apply(x);
+    return VectorMath<T>::exp(x);
+  }
+}
+
+// log of float (log_f32), double (std::log) or a vector of floats (VectorMath).
+template <class T>
+TG_HD inline T log_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return log_f32(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::log(x);
+  } else {
+    return VectorMath<T>::log(x);
+  }
+}
+
+// The square root of a float or a double (std::sqrt) or of a vector of them (VectorMath),
+// correctly rounded in every case.
+template <class T>
+TG_HD inline T sqrt_any(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::sqrt(x);
+  } else {
+    return VectorMath<T>::sqrt(x);
   }
 }
 

@@ -80,7 +80,7 @@ void map2(const View& a, const View& b, const View& out, F f) {
 }
 
 // The float32 ops whose unit-stride runs evaluate their functors on whole simd vectors: their
-// expressions take vectors as they are (exp through scalar::VectorExp, simd::exp) and give the
+// expressions take vectors as they are (exp through scalar::VectorMath, simd::exp) and give the
 // same bits as lane by lane, in fewer instructions than the compiler makes of the scalar code
 // (AVX-512: 2^n in one vscalefps). Over 4M float32 on two Intel AVX-512 cores: exp 0.89 ms ->
 // 0.78 (the memory-bound pow(x, 2): 0.74), tanh 1.62 -> 1.15-1.21 (its division's share stays),

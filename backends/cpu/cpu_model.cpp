@@ -185,7 +185,7 @@ class RowStage {
 };
 
 // SwiGLU's rows: float32 a vector at a time through the same formulas (fused_math.h; their exp is
-// simd::exp, scalar::VectorExp: the same bits), then lane by lane for the rest. The reference
+// simd::exp, scalar::VectorMath: the same bits), then lane by lane for the rest. The reference
 // model's (2048, 2 x 768) on two Intel AVX-512 cores: forward 0.54 -> 0.46-0.50 ms, backward
 // 0.68 -> 0.62-0.64; the training step's eight calls 11.2-11.9 -> 9.3-9.9 ms.
 template <class C>

@@ -280,32 +280,17 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
 
 }  // namespace tg::cpu::simd
 
-// scalar::exp_any of a vector: simd::exp, so that the scalar functors' expressions run a vector
-// at a time with the same bits as lane by lane.
+// scalar::exp_any, log_any and sqrt_any of a vector: simd::exp, simd::log and simd::sqrt, so
+// that the scalar functors' expressions run a vector at a time with the same bits as lane by lane.
 template <>
-struct tg::scalar::VectorExp<tg::cpu::simd::Vec<float>> {
-  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
-    return tg::cpu::simd::exp<float>(x);
-  }
-};
-
-// scalar::sqrt_any of a vector: simd::sqrt (the fused kernels' formulas, a vector at a time).
-template <>
-struct tg::scalar::VectorSqrt<tg::cpu::simd::Vec<float>> {
-  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
-    return tg::cpu::simd::sqrt<float>(x);
-  }
+struct tg::scalar::VectorMath<tg::cpu::simd::Vec<float>> {
+  using V = tg::cpu::simd::Vec<float>;
+  static V exp(V x) { return tg::cpu::simd::exp<float>(x); }
+  static V log(V x) { return tg::cpu::simd::log(x); }
+  static V sqrt(V x) { return tg::cpu::simd::sqrt<float>(x); }
 };
 template <>
-struct tg::scalar::VectorSqrt<tg::cpu::simd::Vec<double>> {
-  static tg::cpu::simd::Vec<double> apply(tg::cpu::simd::Vec<double> x) {
-    return tg::cpu::simd::sqrt<double>(x);
-  }
-};
-// scalar::log_any of a vector: simd::log.
-template <>
-struct tg::scalar::VectorLog<tg::cpu::simd::Vec<float>> {
-  static tg::cpu::simd::Vec<float> apply(tg::cpu::simd::Vec<float> x) {
-    return tg::cpu::simd::log(x);
-  }
+struct tg::scalar::VectorMath<tg::cpu::simd::Vec<double>> {
+  using V = tg::cpu::simd::Vec<double>;
+  static V sqrt(V x) { return tg::cpu::simd::sqrt<double>(x); }
 };
