@@ -36,20 +36,22 @@ TG_HD inline F exp_reduction(F x, F& nb, F& n) {
 }
 
 // The core of exp_f32, for float and for GCC's float vectors alike (backends/cpu/simd.h):
-// exp_reduction, and a degree-7 Taylor polynomial for e^r (truncation error below 1e-8
-// relative). Sets n = round(xc / ln2) and returns e^r.
+// exp_reduction, and a degree-7 Taylor polynomial for e^r (exp_taylor; truncation error below
+// 1e-8 relative). Sets n = round(xc / ln2) and returns e^r.
 template <class F>
-TG_HD inline F exp_reduced(F xc, F& n) {
-  F nb;
-  const F r = exp_reduction(xc, nb, n);
+TG_HD inline F exp_taylor(F r) {
   F p = r * 1.9841270e-4f + 1.3888889e-3f;
   p = p * r + 8.3333333e-3f;
   p = p * r + 4.1666667e-2f;
   p = p * r + 1.6666667e-1f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p;
+  return p * r + 1.0f;
+}
+template <class F>
+TG_HD inline F exp_reduced(F xc, F& n) {
+  F nb;
+  return exp_taylor(exp_reduction(xc, nb, n));
 }
 
 // exp for float32 that the compiler can vectorize (std::exp is a library call it cannot):
@@ -79,8 +81,9 @@ TG_HD inline float exp_f32(float x) {
 // scalar and vector code (a sum of two products can be fused either way: the bits then differ).
 inline constexpr float kLogLn2Hi = 0.693359375f;
 inline constexpr float kLogLn2Lo = -2.12194440e-4f;
+// q = f P(f) - 1/2, so that log1p(f) = f + f^2 q.
 template <class F>
-TG_HD inline F log_reduced(F f, F e) {
+TG_HD inline F log1p_poly(F f) {
   F p = f * -7.634429634e-02f + 1.276154965e-01f;
   p = p * f - 1.316019446e-01f;
   p = p * f + 1.420176178e-01f;
@@ -88,7 +91,11 @@ TG_HD inline F log_reduced(F f, F e) {
   p = p * f + 2.000122666e-01f;
   p = p * f - 2.500082254e-01f;
   p = p * f + 3.333333135e-01f;
-  const F q = p * f - 0.5f;
+  return p * f - 0.5f;
+}
+template <class F>
+TG_HD inline F log_reduced(F f, F e) {
+  const F q = log1p_poly(f);
   const F v = f + e * kLogLn2Lo;
   return (v + (f * f) * q) + e * kLogLn2Hi;
 }
@@ -114,10 +121,107 @@ TG_HD inline float log_f32(float x) {
   return x != x ? x : r;
 }
 
-// exp, log and sqrt of a GCC vector: the CPU backend's simd.h specializes this for its vectors
-// (exp and log of floats, with exp_f32's and log_f32's bits; sqrt of floats and doubles,
-// correctly rounded), so that the elementwise list's expressions and the fused kernels'
-// formulas, written once, also run a vector at a time (cpu_elementwise.cpp, cpu_model.cpp).
+// log1p's core, for float and GCC's float vectors alike: log(2^e (1 + f) + tail 2^e (1 + f))
+// to first order in tail, that is e ln2 + log1p(f) + tail, with log_reduced's polynomial. The
+// small terms are summed first and f added to them, then e ln2hi: tail carries bits below f's
+// last (the rounding error of 1 + x), which a sum rounded at f's size first would lose (1.29 ulp
+// at worst that way, 0.83 this way, over every 97th float).
+template <class F>
+TG_HD inline F log1p_reduced(F f, F e, F tail) {
+  const F q = log1p_poly(f);
+  const F small = (f * f) * q + (e * kLogLn2Lo + tail);
+  return (f + small) + e * kLogLn2Hi;
+}
+
+// log(1 + x) for float32 that the compiler can vectorize (std::log1p is a library call: 15.5 ms
+// over 4M floats on two Intel AVX-512 cores, 20x exp's time), accurate for small x. On [sqrt(1/2)
+// - 1, sqrt(2) - 1) it is log1p_reduced(x, 0, 0): x is f itself. Elsewhere u = 1 + x rounded, c
+// its rounding error (exactly, by Fast2Sum), u = 2^e (1 + f) as in log_f32 (u is never subnormal:
+// the smallest is 2^-24), and log1p(x) = log(u + c) = log_reduced's sum plus c / u. Within 0.88
+// ulp of log1p over a fifth of all floats (0.97 without FMA); log1p(-1) = -inf, NaN below -1, -0
+// stays -0, inf stays inf. simd::log1p takes the same steps on vectors, with the same bits.
+inline constexpr float kLog1pLo = -0.292893231f;  // sqrt(1/2) - 1, rounded up
+inline constexpr float kLog1pHi = 0.414213538f;   // sqrt(2) - 1, rounded down
+TG_HD inline float log1p_f32(float x) {
+  const float u = 1.0f + x;
+  const float a = x > 1.0f ? x : 1.0f, b = x > 1.0f ? 1.0f : x;
+  const float c = b - (u - a);
+  const uint32_t bits = half_bits::float_bits(u);
+  int e = static_cast<int>((bits >> 23) & 0xffu) - 127;
+  float m = half_bits::bits_float((bits & 0x7fffffu) | 0x3f800000u);
+  if (m > kLogSqrt2) {
+    m *= 0.5f;
+    e += 1;
+  }
+  const bool direct = x >= kLog1pLo && x < kLog1pHi;
+  float r =
+      direct ? log1p_reduced(x, 0.0f, 0.0f) : log1p_reduced(m - 1.0f, static_cast<float>(e), c / u);
+  r = u == __builtin_inff() ? u : r;
+  r = u == 0.0f ? -__builtin_inff() : r;
+  r = u < 0.0f ? half_bits::bits_float(0x7fc00000u) : r;  // the default quiet NaN
+  r = x == 0.0f ? x : r;                                  // -0
+  return x != x ? x : r;
+}
+
+// expm1's reduction, for float and GCC's float vectors alike: x = n ln2 + rh + rl as in
+// exp_reduction, with rh = x - n ln2hi (exact) and rl = -n ln2lo kept apart.
+template <class F>
+TG_HD inline void expm1_reduction(F x, F& nb, F& n, F& rh, F& rl) {
+  nb = x * kExpLog2e + kExpShifter;
+  n = nb - kExpShifter;
+  rh = x - n * kExpLn2Hi;
+  rl = n * -kExpLn2Lo;
+}
+
+// expm1's core: z with expm1(x) = 2^n z, from the reduction and two_mn = 2^-n (n at most 100
+// for it). e^r - 1 = r + r^2 Q(r), Q of degree 5 fitted to expm1's relative error on [-ln2/2,
+// ln2/2] (2.2e-9 with these float coefficients) by Lawson's algorithm on Chebyshev nodes; then z
+// = (1 - 2^-n) + rh + (rl + r^2 Q): 1 - 2^-n is exact up to n = 24 and what it loses beyond
+// is added back (clo), and the sum with rh is taken exactly (Fast2Sum), so that z is rounded
+// once where 2^n e^r and 1 cancel (x near +-ln2/2).
+template <class F>
+TG_HD inline F expm1_reduced(F rh, F rl, F two_mn) {
+  const F r = rh + rl;
+  F q = r * 1.984587725e-04f + 1.394061721e-03f;
+  q = q * r + 8.333389647e-03f;
+  q = q * r + 4.166636243e-02f;
+  q = q * r + 1.666666567e-01f;
+  q = q * r + 0.5f;
+  const F tail = (r * r) * q + rl;
+  const F c = 1.0f - two_mn;
+  const F clo = (1.0f - c) - two_mn;
+  const F w = c + rh;
+  const F werr = rh - (w - c);
+  return w + (werr + (tail + clo));
+}
+
+// e^x - 1 for float32 that the compiler can vectorize (std::expm1 is a library call: 22.6 ms
+// over 4M floats on two Intel AVX-512 cores, 33x exp's time), accurate for small x: x clamped to
+// [-17.5, 89] (below, the result rounds to -1; above, 2^n z overflows to inf as e^x - 1 does),
+// expm1_reduction, expm1_reduced, and z 2^n in two exact halves. n comes from nb's low bits (no
+// conversion of a NaN to int). Within 0.99 ulp of expm1 over a fifth of all floats, with FMA
+// or without; -0 stays -0 and NaN stays NaN. simd::expm1 takes the same steps on vectors, with the
+// same bits.
+inline constexpr float kExpm1Lo = -17.5f, kExpm1Hi = 89.0f;
+TG_HD inline float expm1_f32(float x) {
+  float xc = x < kExpm1Lo ? kExpm1Lo : x;
+  xc = xc > kExpm1Hi ? kExpm1Hi : xc;
+  float nb, n, rh, rl;
+  expm1_reduction(xc, nb, n, rh, rl);
+  const int ni = static_cast<int>(half_bits::float_bits(nb) - half_bits::float_bits(kExpShifter));
+  const float two_mn = bits_to_float((127 - (ni < 100 ? ni : 100)) << 23);
+  const float z = expm1_reduced(rh, rl, two_mn);
+  const int n1 = ni / 2, n2 = ni - n1;
+  float y = z * bits_to_float((n1 + 127) << 23) * bits_to_float((n2 + 127) << 23);
+  y = x == 0.0f ? x : y;  // -0
+  return x != x ? x : y;
+}
+
+// exp, log, log1p, expm1, tanh and sqrt of a GCC vector: the CPU backend's simd.h specializes this
+// for its vectors (exp, log, log1p, expm1 and tanh of floats, with the _f32 functions' bits; sqrt
+// of floats and doubles, correctly rounded), so that the elementwise list's expressions and the
+// fused kernels' formulas, written once, also run a vector at a time (cpu_elementwise.cpp,
+// cpu_model.cpp).
 template <class V>
 struct VectorMath;
 
@@ -145,6 +249,28 @@ TG_HD inline T log_any(T x) {
   }
 }
 
+// log1p and expm1 of float (log1p_f32, expm1_f32), double (the library's) or a vector of floats.
+template <class T>
+TG_HD inline T log1p_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return log1p_f32(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::log1p(x);
+  } else {
+    return VectorMath<T>::log1p(x);
+  }
+}
+template <class T>
+TG_HD inline T expm1_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expm1_f32(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::expm1(x);
+  } else {
+    return VectorMath<T>::expm1(x);
+  }
+}
+
 // The square root of a float or a double (std::sqrt) or of a vector of them (VectorMath),
 // correctly rounded in every case.
 template <class T>
@@ -156,27 +282,49 @@ TG_HD inline T sqrt_any(T x) {
   }
 }
 
-// tanh for float32 that the compiler can vectorize (std::tanh is a library call it cannot: 33 ms
-// over 4M floats on two Intel AVX-512 cores, 0.03x PyTorch's). Below |x| = 0.625 an odd
-// polynomial, x + x^3 P(x^2), P of degree 5 fitted to tanh's relative error on Chebyshev
-// nodes; above, 1 - 2 / (e^(2|x|) + 1) through exp_f32 (from |x| = 9.01 that rounds to 1, and
-// e^(2|x|) = inf gives exactly 1). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
-// (tests/test_cpu_kernels.cpp checks 2); -0 stays -0 and NaN stays NaN.
-// For float and for a vector of floats alike (tanh_any takes it for both).
+// tanh's two branches on a = |x|, for float and GCC's float vectors alike. Below a = 0.625 an odd
+// polynomial, a + a^3 P(a^2), P of degree 5 fitted to tanh's relative error on Chebyshev nodes;
+// above, 1 - 2 / (e + 1) from e = e^(2a).
+inline constexpr float kTanhSmall = 0.625f;
 template <class F>
-TG_HD inline F tanh_of(F x) {
-  const F a = x < 0.0f ? -x : x, u = x * x;
+TG_HD inline F tanh_small(F a) {
+  const F u = a * a;
   F p = u * 2.20910087e-3f - 8.25379416e-3f;
   p = p * u + 2.17335559e-2f;
   p = p * u - 5.39531820e-2f;
   p = p * u + 1.33332610e-1f;
   p = p * u - 3.33333313e-1f;
-  const F small = x + x * (u * p);
-  const F big = 1.0f - 2.0f / (exp_any(2.0f * a) + 1.0f);
-  const F r = a < 0.625f ? small : (x < 0.0f ? -big : big);
-  return x == 0.0f ? x : r;  // NaN: a < 0.625 is false and big is NaN
+  return a + a * (u * p);
 }
-TG_HD inline float tanh_f32(float x) { return tanh_of(x); }
+template <class F>
+TG_HD inline F tanh_big(F e) {
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+// 2a is clamped to 18.5, where 1 - 2 / (e + 1) already rounds to 1 (it does from a = 9.01), so
+// e^(2a) = p 2^n needs no range checks: 0 <= n <= 27, 2^n from nb's low bits (as in
+// simd::exp_nonpositive_reduce), p 2^n exact.
+inline constexpr float kTanhTwiceMax = 18.5f;
+
+// tanh for float32 that the compiler can vectorize (std::tanh is a library call it cannot: 33 ms
+// over 4M floats on two Intel AVX-512 cores, 0.03x PyTorch's): tanh_small or tanh_big of |x|, e
+// by exp_f32's reduction and polynomial, and x's sign put back on the result's bits (so -0 stays
+// -0 and NaN stays NaN). Within 1 ulp of tanh over every 97th float from 1e-30 to 20
+// (tests/test_cpu_kernels.cpp checks 2). simd::tanh takes the same steps on vectors, with the
+// same bits.
+TG_HD inline float tanh_f32(float x) {
+  const uint32_t sign = half_bits::float_bits(x) & 0x80000000u;
+  const float a = half_bits::bits_float(half_bits::float_bits(x) ^ sign);
+  float r;
+  if (a < kTanhSmall) {
+    r = tanh_small(a);
+  } else {
+    const float t = 2.0f * a;
+    float nb, n;
+    const float p = exp_taylor(exp_reduction(t > kTanhTwiceMax ? kTanhTwiceMax : t, nb, n));
+    r = tanh_big(p * half_bits::bits_float((half_bits::float_bits(nb) << 23) + (127u << 23)));
+  }
+  return half_bits::bits_float(half_bits::float_bits(r) | sign);
+}
 
 // x^p: std::pow, but for exponents whose power is one correctly rounded operation, which gives
 // it without a library call per element (the CPU kernel's loop then vectorizes: pow(x, 2) over
@@ -192,12 +340,15 @@ TG_HD inline T pow_of(T x, T p) {
   return std::pow(x, p);
 }
 
+// tanh of float (tanh_f32), double (std::tanh) or a vector of floats (VectorMath).
 template <class T>
 TG_HD inline T tanh_any(T x) {
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanh_f32(x);
+  } else if constexpr (std::is_same_v<T, double>) {
     return std::tanh(x);
   } else {
-    return tanh_of(x);
+    return VectorMath<T>::tanh(x);
   }
 }
 

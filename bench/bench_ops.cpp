@@ -105,6 +105,8 @@ static int run(const bench::Args& args) {
   row("sqrt_f32_4M", time_ms([&] { tg::sqrt(xa); }), 0);
   row("rsqrt_f32_4M", time_ms([&] { tg::rsqrt(xa); }), 0);
   row("log_f32_4M", time_ms([&] { tg::log(xa); }), 0);
+  row("log1p_f32_4M", time_ms([&] { tg::log1p(xa); }), 0);
+  row("expm1_f32_4M", time_ms([&] { tg::expm1(x); }), 0);
   tg::Tensor m = x.reshape({4096, 1024});
   row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), ref_ms([&] {
         float* o = out.data();

@@ -37,6 +37,8 @@ def torch_cases(device):
     cases["sqrt_f32_4M"] = lambda: torch.sqrt(xa)
     cases["rsqrt_f32_4M"] = lambda: torch.rsqrt(xa)
     cases["log_f32_4M"] = lambda: torch.log(xa)
+    cases["log1p_f32_4M"] = lambda: torch.log1p(xa)
+    cases["expm1_f32_4M"] = lambda: torch.expm1(x)
     m = x.reshape(4096, 1024)
     cases["sum_lastdim_f32_4096x1024"] = lambda: m.sum(1)
     cases["softmax_f32_4096x1024"] = lambda: torch.softmax(m, -1)

@@ -91,6 +91,7 @@ template <class Fn, class T>
 constexpr bool kVectorUnary =
     std::is_same_v<T, float> &&
     (std::is_same_v<Fn, scalar::unary_fn::Exp> || std::is_same_v<Fn, scalar::unary_fn::Log> ||
+     std::is_same_v<Fn, scalar::unary_fn::Expm1> || std::is_same_v<Fn, scalar::unary_fn::Log1p> ||
      std::is_same_v<Fn, scalar::unary_fn::Sqrt> || std::is_same_v<Fn, scalar::unary_fn::Rsqrt> ||
      std::is_same_v<Fn, scalar::unary_fn::Tanh> || std::is_same_v<Fn, scalar::unary_fn::Sigmoid> ||
      std::is_same_v<Fn, scalar::unary_fn::Silu> || std::is_same_v<Fn, scalar::unary_fn::SiluGrad>);

@@ -139,6 +139,78 @@ inline Vec<float> log(Vec<float> x) {
   return x != x ? x : r;
 }
 
+// log1p lane by lane: scalar::log1p_f32's steps on vectors, with its bits.
+inline Vec<float> log1p(Vec<float> x) {
+  using V = Vec<float>;
+  using VI = Vec<int32_t>;
+  const V one = splat(1.0f), u = one + x;
+  const VI above = x > one;
+  const V a = above ? x : one, b = above ? one : x;
+  const V c = b - (u - a);
+  const VI bits = reinterpret_cast<VI>(u);
+  VI e = ((bits >> 23) & 0xff) - 127;
+  V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
+  const VI big = m > splat(scalar::kLogSqrt2);
+  m = big ? m * splat(0.5f) : m;
+  e = big ? e + 1 : e;
+  const VI direct = (x >= splat(scalar::kLog1pLo)) & (x < splat(scalar::kLog1pHi));
+  V r = scalar::log1p_reduced(direct ? x : m - one, direct ? V{} : __builtin_convertvector(e, V),
+                              direct ? V{} : c / u);
+  r = u == splat(__builtin_inff()) ? u : r;
+  r = u == V{} ? splat(-__builtin_inff()) : r;
+  r = u < V{} ? reinterpret_cast<V>(VI{} + 0x7fc00000) : r;
+  r = x == V{} ? x : r;
+  return x != x ? x : r;
+}
+
+// expm1 lane by lane: scalar::expm1_f32's steps on vectors, with its bits (z 2^n in one vscalefps
+// with AVX-512, exact as the two halves are).
+inline Vec<float> expm1(Vec<float> x) {
+  using V = Vec<float>;
+  using VI = Vec<int32_t>;
+  const V lo = splat(scalar::kExpm1Lo), top = splat(scalar::kExpm1Hi);
+  V xc = x < lo ? lo : x;
+  xc = xc > top ? top : xc;
+  V nb, n, rh, rl;
+  scalar::expm1_reduction(xc, nb, n, rh, rl);
+  const VI ni = reinterpret_cast<VI>(nb) - reinterpret_cast<VI>(splat(scalar::kExpShifter));
+  const VI hundred = VI{} + 100;
+  const V two_mn = reinterpret_cast<V>((127 - (ni < hundred ? ni : hundred)) << 23);
+  const V z = scalar::expm1_reduced(rh, rl, two_mn);
+#if defined(__AVX512F__)
+  // (every lane masked in: g++ 12 warns that the unmasked form's pass-through is uninitialized)
+  V y = reinterpret_cast<V>(_mm512_maskz_scalef_ps(
+      static_cast<__mmask16>(0xffff), reinterpret_cast<__m512>(z), reinterpret_cast<__m512>(n)));
+#else
+  const VI n1 = ni / 2, n2 = ni - n1;
+  V y = z * reinterpret_cast<V>((n1 + 127) << 23) * reinterpret_cast<V>((n2 + 127) << 23);
+#endif
+  y = x == V{} ? x : y;
+  return x != x ? x : y;
+}
+
+// tanh lane by lane: scalar::tanh_f32's steps on vectors, both branches and a select, with its
+// bits (p 2^n in one vscalefps with AVX-512). Its division is most of its time.
+inline Vec<float> tanh(Vec<float> x) {
+  using V = Vec<float>;
+  using VU = Vec<uint32_t>;
+  const VU sign = reinterpret_cast<VU>(x) & 0x80000000u;
+  const V a = reinterpret_cast<V>(reinterpret_cast<VU>(x) ^ sign);
+  const V small = scalar::tanh_small(a);
+  V t = 2.0f * a;
+  t = t > splat(scalar::kTanhTwiceMax) ? splat(scalar::kTanhTwiceMax) : t;
+  V nb, n;
+  const V p = scalar::exp_taylor(scalar::exp_reduction(t, nb, n));
+#if defined(__AVX512F__)
+  const V e = reinterpret_cast<V>(_mm512_maskz_scalef_ps(
+      static_cast<__mmask16>(0xffff), reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(n)));
+#else
+  const V e = p * reinterpret_cast<V>((reinterpret_cast<VU>(nb) << 23) + (127u << 23));
+#endif
+  const V r = a < splat(scalar::kTanhSmall) ? small : scalar::tanh_big(e);
+  return reinterpret_cast<V>(reinterpret_cast<VU>(r) | sign);
+}
+
 // exp lane by lane: for float32 scalar::exp_f32 bit for bit when both are compiled alike (its
 // clamp, scalar::exp_reduced, and p 2^n; test_ops compares the elementwise kernel's loops), exact
 // 0 below -104, inf above 88.7, NaN stays NaN; for float64 std::exp per lane
@@ -280,13 +352,17 @@ inline Vec<T> exp_nonpositive(Vec<T> x) {
 
 }  // namespace tg::cpu::simd
 
-// scalar::exp_any, log_any and sqrt_any of a vector: simd::exp, simd::log and simd::sqrt, so
+// scalar::exp_any, log_any, log1p_any, expm1_any, tanh_any and sqrt_any of a vector: simd's
+// functions, so
 // that the scalar functors' expressions run a vector at a time with the same bits as lane by lane.
 template <>
 struct tg::scalar::VectorMath<tg::cpu::simd::Vec<float>> {
   using V = tg::cpu::simd::Vec<float>;
   static V exp(V x) { return tg::cpu::simd::exp<float>(x); }
   static V log(V x) { return tg::cpu::simd::log(x); }
+  static V log1p(V x) { return tg::cpu::simd::log1p(x); }
+  static V expm1(V x) { return tg::cpu::simd::expm1(x); }
+  static V tanh(V x) { return tg::cpu::simd::tanh(x); }
   static V sqrt(V x) { return tg::cpu::simd::sqrt<float>(x); }
 };
 template <>
