@@ -121,10 +121,38 @@ inline Vec<T> sqrt(Vec<T> x) {
 #endif
 }
 
-// log lane by lane: scalar::log_f32's steps on vectors, with its bits (float32 only).
+// Whether every lane of a comparison's result (all ones or zero per lane) is true.
+inline bool all_lanes(Vec<int32_t> m) {
+#if defined(__AVX512DQ__)
+  return _mm512_movepi32_mask(reinterpret_cast<__m512i>(m)) == static_cast<__mmask16>(0xffff);
+#elif defined(__AVX__)
+  return _mm256_movemask_ps(reinterpret_cast<__m256>(m)) == 0xff;
+#elif defined(__SSE2__)
+  return _mm_movemask_ps(reinterpret_cast<__m128>(m)) == 0xf;
+#else
+  for (int i = 0; i < kLanes<int32_t>; ++i) {
+    if (m[i] == 0) return false;
+  }
+  return true;
+#endif
+}
+
+// log lane by lane: scalar::log_f32's steps on vectors, with its bits (float32 only). When every
+// lane is a positive normal float, as nearly always, the steps for subnormal x and the special
+// values are skipped: they do not change those lanes' bits (4M floats on two Intel AVX-512 cores:
+// 0.82-0.90 ms -> 0.71-0.74).
 inline Vec<float> log(Vec<float> x) {
   using V = Vec<float>;
   using VI = Vec<int32_t>;
+  if (all_lanes((x >= splat(1.17549435e-38f)) & (x < splat(__builtin_inff())))) {
+    const VI bits = reinterpret_cast<VI>(x);
+    VI e = (bits >> 23) - 127;
+    V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
+    const VI big = m > splat(scalar::kLogSqrt2);
+    m = big ? m * splat(0.5f) : m;
+    e = big ? e + 1 : e;
+    return scalar::log_reduced(m - splat(1.0f), __builtin_convertvector(e, V));
+  }
   const VI subnormal = x < splat(1.17549435e-38f);
   const VI bits = reinterpret_cast<VI>(subnormal ? x * splat(8388608.0f) : x);
   VI e = ((bits >> 23) & 0xff) - (subnormal ? 150 : 127);
