@@ -191,6 +191,30 @@ TEST_CASE("where and masked_fill") {
   check_close(where(c, a, 0.0).to_vector<double>(), {1, 0, 3});
   check_close(where(c, 5.0, a).to_vector<double>(), {5, 2, 5});
   check_close(masked_fill(a, c, -1.0).to_vector<double>(), {-1, 2, -1});
+  // Unit-stride runs of 4- and 8-byte elements take whole vectors (select_run), the tail and
+  // other types an element at a time: every element against the plain rule.
+  const int64_t n = 301;
+  std::vector<bool> cv(n);
+  std::vector<double> xv(n), yv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    cv[i] = (i * 7919) % 3 == 0;
+    xv[i] = static_cast<double>(i);
+    yv[i] = -static_cast<double>(i) - 0.5;
+  }
+  Tensor cond = from_vector(cv, {n});
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16}) {
+    const std::vector<double> got =
+        where(cond, from_vector(xv, {n}).to(dt), from_vector(yv, {n}).to(dt))
+            .to(kFloat64)
+            .to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      INFO(dtype_name(dt) << " " << i);
+      CHECK(got[i] == from_vector(std::vector<double>{cv[i] ? xv[i] : yv[i]}, {1})
+                          .to(dt)
+                          .to(kFloat64)
+                          .item<double>());
+    }
+  }
 }
 
 // Plain triple loop over row-major data.

@@ -93,7 +93,9 @@ TEST_CASE("sums across rows add each output's elements in order, bit for bit") {
 TEST_CASE("max, min and argmax over long rows: the scan's first extremum, NaN first") {
   // Rows of 77 (whole vectors of every width and a tail) with small integers, so that the
   // extremum repeats; then rows with a NaN (in the vectors, in the tail), with -0 before +0,
-  // and all -inf.
+  // and all -inf. Each row is reduced as a row (dim 1 of x) and across rows (dim 0 of x^T made
+  // contiguous, one column an output; and over dims 0 and 1 of it as (7, 11, R), whose flat
+  // index is the column's).
   const int64_t R = 9, C = 77;
   std::vector<double> v = tgtest::rnd({R, C}, 5, -4, 4).to_vector<double>();
   for (double& e : v) e = std::round(e);
@@ -103,33 +105,41 @@ TEST_CASE("max, min and argmax over long rows: the scan's first extremum, NaN fi
   for (int64_t c = 0; c < C; ++c) v[3 * C + c] = c % 5 == 1 ? -0.0 : (c % 5 == 3 ? 0.0 : -1.0);
   for (int64_t c = 0; c < C; ++c) v[4 * C + c] = -INFINITY;
   v[5 * C + 76] = 9;  // the largest last
-  for (DType dt : {kFloat32, kFloat64}) {
-    const Tensor x = from_vector(v, {R, C}).to(dt);
-    for (bool is_max : {true, false}) {
-      INFO(dt << (is_max ? " max" : " min"));
-      const std::vector<double> got = (is_max ? max(x, {1}) : min(x, {1})).to_vector<double>();
-      const std::vector<int64_t> arg =
-          is_max ? argmax(x, 1).to_vector<int64_t>() : std::vector<int64_t>{};
-      for (int64_t r = 0; r < R; ++r) {
-        INFO("row " << r);
-        double acc = is_max ? -INFINITY : INFINITY;
-        int64_t best = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          const double e = v[static_cast<size_t>(r * C + c)];
-          if (e != e) {
-            acc = e;
-            best = c;
-            break;
+  for (int layout = 0; layout < 3; ++layout) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      const Tensor rows = from_vector(v, {R, C}).to(dt);
+      const Tensor x = layout == 0 ? rows : rows.transpose(0, 1).contiguous();
+      const Tensor x3 = x.reshape({7, 11, R});
+      const Dims dims = layout == 0 ? Dims{1} : (layout == 1 ? Dims{0} : Dims{0, 1});
+      const Tensor& xr = layout == 2 ? x3 : x;
+      for (bool is_max : {true, false}) {
+        INFO(dt << (is_max ? " max" : " min") << ", layout " << layout);
+        const std::vector<double> got =
+            (is_max ? max(xr, dims) : min(xr, dims)).to_vector<double>();
+        const std::vector<int64_t> arg = is_max && layout < 2
+                                             ? argmax(x, layout == 0 ? 1 : 0).to_vector<int64_t>()
+                                             : std::vector<int64_t>{};
+        for (int64_t r = 0; r < R; ++r) {
+          INFO("row " << r);
+          double acc = is_max ? -INFINITY : INFINITY;
+          int64_t best = 0;
+          for (int64_t c = 0; c < C; ++c) {
+            const double e = v[static_cast<size_t>(r * C + c)];
+            if (e != e) {
+              acc = e;
+              best = c;
+              break;
+            }
+            if (is_max ? e > acc : e < acc) {
+              acc = e;
+              best = c;
+            }
           }
-          if (is_max ? e > acc : e < acc) {
-            acc = e;
-            best = c;
-          }
+          const double g = got[static_cast<size_t>(r)];
+          CHECK(((g == acc && std::signbit(g) == std::signbit(acc)) ||
+                 (std::isnan(g) && std::isnan(acc))));
+          if (!arg.empty()) CHECK(arg[static_cast<size_t>(r)] == best);
         }
-        const double g = got[static_cast<size_t>(r)];
-        CHECK(((g == acc && std::signbit(g) == std::signbit(acc)) ||
-               (std::isnan(g) && std::isnan(acc))));
-        if (is_max) CHECK(arg[static_cast<size_t>(r)] == best);
       }
     }
   }

@@ -96,6 +96,31 @@ constexpr bool kVectorUnary =
      std::is_same_v<Fn, scalar::unary_fn::Tanh> || std::is_same_v<Fn, scalar::unary_fn::Sigmoid> ||
      std::is_same_v<Fn, scalar::unary_fn::Silu> || std::is_same_v<Fn, scalar::unary_fn::SiluGrad>);
 
+// where's unit-stride runs of 4- and 8-byte elements a vector at a time, the condition's bytes
+// widened to lane masks. The plain loop compiles to a branch on the condition, which a random
+// one mispredicts half the time (4M float32 on two Intel AVX-512 cores: 8.3 ms, against about
+// 0.9 for maximum).
+template <class T>
+void select_run(int64_t n, T* d, const bool* c, const T* x, const T* y) {
+  int64_t i = 0;
+  if constexpr (sizeof(T) == 4 || sizeof(T) == 8) {
+    using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+    using VI = simd::Vec<I>;
+    constexpr int W = simd::kLanes<I>;
+    typedef uint8_t VB __attribute__((vector_size(W)));
+    for (; i + W <= n; i += W) {
+      VB b;
+      VI u, v;
+      std::memcpy(&b, c + i, sizeof b);
+      std::memcpy(&u, x + i, sizeof u);
+      std::memcpy(&v, y + i, sizeof v);
+      const VI r = __builtin_convertvector(b, VI) != 0 ? u : v;
+      std::memcpy(d + i, &r, sizeof r);
+    }
+  }
+  for (; i < n; ++i) d[i] = c[i] ? x[i] : y[i];
+}
+
 }  // namespace
 
 void CpuBackend::copy(const View& src, const View& dst) {
@@ -180,9 +205,16 @@ void CpuBackend::where(const View& cond, const View& a, const View& b, const Vie
     T* op = at<T>(out);
     for_each_run<4>(out.sizes, {&out.strides, &cond.strides, &a.strides, &b.strides},
                     [&](int64_t n, std::array<int64_t, 4> o, std::array<int64_t, 4> s) {
-                      for (int64_t i = 0; i < n; ++i)
-                        op[o[0] + i * s[0]] =
-                            cp[o[1] + i * s[1]] ? ap[o[2] + i * s[2]] : bp[o[3] + i * s[3]];
+                      T* d = op + o[0];
+                      const bool* c = cp + o[1];
+                      const T* x = ap + o[2];
+                      const T* y = bp + o[3];
+                      if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {
+                        select_run(n, d, c, x, y);
+                      } else {
+                        for (int64_t i = 0; i < n; ++i)
+                          d[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
+                      }
                     });
   });
 }

@@ -12,58 +12,145 @@
 namespace tg::cpu {
 namespace {
 
-// A sum across rows: x's reduced dims are strided and a kept dim, kc, is x's unit-stride one
-// (sum over dim 0 of a (rows, C) matrix: a bias's gradient). Taken output by output, each sum
-// reads one element per cache line and page (4096 x 1024 float32 over dim 0: 14.7 ms on two
-// Intel AVX-512 cores, 0.04x PyTorch's). Instead a chunk of kChunk outputs along kc is summed a
-// row at a time, each row of x read in order into a row of partial sums in L1 (0.40-0.42 ms,
-// about 1.2x PyTorch's). Every output still adds its elements one by one in the order the
-// plain loop does (a partial sum over the innermost reduced dim, then those in order), so the
-// bits are the same. False where the layout is not such (the plain loop then).
-template <class T>
-bool sum_across_rows(const ReduceDims& rd, const T* xp, T* op) {
-  constexpr int64_t kChunk = 1024;
-  const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst, &kept_ost = rd.kept_ost;
-  const Shape &red_sizes = rd.red_sizes, &red_st = rd.red_st;
-  const int nr = static_cast<int>(red_sizes.size()), nk = static_cast<int>(kept_sizes.size());
-  const int64_t inner = red_sizes[nr - 1], inner_st = red_st[nr - 1];
-  int kc = nk - 1;
-  while (kc >= 0 && !(kept_xst[kc] == 1 && kept_sizes[kc] > 1)) --kc;
-  if (inner_st == 1 || kc < 0) return false;
-  const int64_t n_kc = kept_sizes[kc], n_out = numel_of(kept_sizes), n_red = numel_of(red_sizes);
+// A reduction across rows: x's reduced dims are strided and a kept dim, kc, is x's unit-stride
+// one (sum over dim 0 of a (rows, C) matrix: a bias's gradient). Taken output by output, each
+// output reads one element per cache line and page (4096 x 1024 float32 over dim 0: a sum 14.7
+// ms on two Intel AVX-512 cores, 0.04x PyTorch's; a max 12 ms). Instead a chunk of up to kChunk
+// outputs along kc is reduced a row at a time, each row of x read in order into a row of partial
+// results in L1 (a sum 0.40-0.42 ms, about 1.2x PyTorch's). Every output still takes its
+// elements in the order the plain loop does, so the results are the same bits.
+struct AcrossRows {
+  static constexpr int64_t kChunk = 1024;
+  int kc = -1;  // the kept dim along which chunks run
+  int64_t n_kc = 0, chunk = 0, chunks = 0, tasks = 0;
+  int64_t inner = 0, inner_st = 0, outer_red = 0;  // the reduced rows: outer_red runs of inner
+};
+// False where the layout is not such (the plain loop then).
+bool across_rows_layout(const ReduceDims& rd, AcrossRows& a) {
+  const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst;
+  const int nr = static_cast<int>(rd.red_sizes.size()), nk = static_cast<int>(kept_sizes.size());
+  a.inner = rd.red_sizes[nr - 1];
+  a.inner_st = rd.red_st[nr - 1];
+  a.kc = nk - 1;
+  while (a.kc >= 0 && !(kept_xst[a.kc] == 1 && kept_sizes[a.kc] > 1)) --a.kc;
+  if (a.inner_st == 1 || a.kc < 0) return false;
+  a.n_kc = kept_sizes[a.kc];
+  const int64_t n_out = numel_of(kept_sizes), n_red = numel_of(rd.red_sizes);
   // Chunks of up to kChunk, halved while that leaves threads without a task (4096 x 1024 over
   // dim 0 on two cores: chunks of 1024, one thread's, 0.57-0.59 ms; of 512 0.40-0.43).
-  int64_t chunk = kChunk;
-  while (chunk > 64 && n_out / n_kc * ((n_kc + chunk - 1) / chunk) < get_num_threads()) chunk /= 2;
-  const int64_t chunks = (n_kc + chunk - 1) / chunk;
-  const int64_t outer_red = inner ? n_red / inner : 0, tasks = n_out / n_kc * chunks;
-#pragma omp parallel for schedule(static) if (n_out * n_red > 32768 && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t c0 = t % chunks * chunk, len = std::min(chunk, n_kc - c0);
-    int64_t xoff = c0, ooff = c0 * kept_ost[kc], r = t / chunks;
+  a.chunk = AcrossRows::kChunk;
+  while (a.chunk > 64 && n_out / a.n_kc * ((a.n_kc + a.chunk - 1) / a.chunk) < get_num_threads())
+    a.chunk /= 2;
+  a.chunks = (a.n_kc + a.chunk - 1) / a.chunk;
+  a.outer_red = a.inner ? n_red / a.inner : 0;
+  a.tasks = n_out / a.n_kc * a.chunks;
+  return true;
+}
+
+// Calls body(len, xoff, ooff) for every chunk, in parallel: the chunk's outputs are at ooff + k *
+// kept_ost[kc] and their elements of reduced row (orow, i) at x + xoff + row_offset(rd, orow) + i
+// * inner_st + k, for k < len.
+template <class Body>
+void for_each_chunk(const ReduceDims& rd, const AcrossRows& a, Body&& body) {
+  const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst, &kept_ost = rd.kept_ost;
+  const int nk = static_cast<int>(kept_sizes.size());
+  const int64_t work = numel_of(kept_sizes) * numel_of(rd.red_sizes);
+#pragma omp parallel for schedule(static) if (work > 32768 && a.tasks > 1)
+  for (int64_t t = 0; t < a.tasks; ++t) {
+    const int64_t c0 = t % a.chunks * a.chunk, len = std::min(a.chunk, a.n_kc - c0);
+    int64_t xoff = c0, ooff = c0 * kept_ost[a.kc], r = t / a.chunks;
     for (int d = nk - 1; d >= 0; --d) {
-      if (d == kc) continue;
+      if (d == a.kc) continue;
       const int64_t i = r % kept_sizes[d];
       r /= kept_sizes[d];
       xoff += i * kept_xst[d];
       ooff += i * kept_ost[d];
     }
-    T acc[kChunk], part[kChunk];
+    body(len, xoff, ooff);
+  }
+}
+// The offset of reduced row (orow, 0): orow over the reduced dims but the innermost.
+inline int64_t row_offset(const ReduceDims& rd, int64_t orow) {
+  int64_t base = 0;
+  for (int d = static_cast<int>(rd.red_sizes.size()) - 2; d >= 0; --d) {
+    base += (orow % rd.red_sizes[d]) * rd.red_st[d];
+    orow /= rd.red_sizes[d];
+  }
+  return base;
+}
+
+// A sum across rows, in the plain loop's order: a partial sum over the innermost reduced dim,
+// then those in order.
+template <class T>
+bool sum_across_rows(const ReduceDims& rd, const T* xp, T* op) {
+  AcrossRows a;
+  if (!across_rows_layout(rd, a)) return false;
+  const int64_t ost = rd.kept_ost[a.kc];
+  for_each_chunk(rd, a, [&](int64_t len, int64_t xoff, int64_t ooff) {
+    T acc[AcrossRows::kChunk], part[AcrossRows::kChunk];
     std::fill(acc, acc + len, T(0));
-    for (int64_t orow = 0; orow < outer_red; ++orow) {
-      int64_t base = xoff, q = orow;
-      for (int d = nr - 2; d >= 0; --d) {
-        base += (q % red_sizes[d]) * red_st[d];
-        q /= red_sizes[d];
-      }
+    for (int64_t orow = 0; orow < a.outer_red; ++orow) {
+      const T* base = xp + xoff + row_offset(rd, orow);
       std::fill(part, part + len, T(0));
-      for (int64_t i = 0; i < inner; ++i) {
-        const T* row = xp + base + i * inner_st;
+      for (int64_t i = 0; i < a.inner; ++i) {
+        const T* row = base + i * a.inner_st;
         for (int64_t k = 0; k < len; ++k) part[k] += row[k];
       }
       for (int64_t k = 0; k < len; ++k) acc[k] += part[k];
     }
-    for (int64_t k = 0; k < len; ++k) op[ooff + k * kept_ost[kc]] = acc[k];
+    for (int64_t k = 0; k < len; ++k) op[ooff + k * ost] = acc[k];
+  });
+  return true;
+}
+
+// A max or min across rows (4096 x 1024 float32 over dim 0 on two Intel AVX-512 cores: 12 ms
+// output by output, 0.53-0.55 this way with
+// or without the indices; PyTorch's amax 0.58, its argmax 10.8): each output scans its elements in
+// the plain loop's order with its rule, the first NaN or else the first of the extremal values,
+// written as selects. With arg, their flat indices over the reduced dims too.
+template <class T, bool is_max, bool with_index>
+void extremum_across_rows(const ReduceDims& rd, const AcrossRows& a, const T* xp, T* op,
+                          int64_t* ap) {
+  constexpr T start =
+      is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  const int64_t ost = rd.kept_ost[a.kc];
+  for_each_chunk(rd, a, [&](int64_t len, int64_t xoff, int64_t ooff) {
+    T acc[AcrossRows::kChunk];
+    int64_t best[with_index ? AcrossRows::kChunk : 1];
+    std::fill(acc, acc + len, start);
+    if constexpr (with_index) std::fill(best, best + len, int64_t{0});
+    for (int64_t orow = 0; orow < a.outer_red; ++orow) {
+      const T* base = xp + xoff + row_offset(rd, orow);
+      for (int64_t i = 0; i < a.inner; ++i) {
+        const T* row = base + i * a.inner_st;
+        const int64_t at = orow * a.inner + i;
+        for (int64_t k = 0; k < len; ++k) {
+          const T v = row[k], e = acc[k];
+          // once e is NaN (the first NaN), nothing replaces it
+          const bool take = e == e && (v != v || (is_max ? v > e : v < e));
+          acc[k] = take ? v : e;
+          if constexpr (with_index) best[k] = take ? at : best[k];
+        }
+      }
+    }
+    for (int64_t k = 0; k < len; ++k) {
+      op[ooff + k * ost] = acc[k];
+      if constexpr (with_index) ap[ooff + k * ost] = best[k];
+    }
+  });
+}
+
+template <class T>
+bool extremum_across_rows(ReduceOp op, const ReduceDims& rd, const T* xp, T* out, int64_t* ap) {
+  AcrossRows a;
+  if (!across_rows_layout(rd, a)) return false;
+  const bool is_max = op == ReduceOp::Max;
+  if (ap) {
+    is_max ? extremum_across_rows<T, true, true>(rd, a, xp, out, ap)
+           : extremum_across_rows<T, false, true>(rd, a, xp, out, ap);
+  } else {
+    is_max ? extremum_across_rows<T, true, false>(rd, a, xp, out, ap)
+           : extremum_across_rows<T, false, false>(rd, a, xp, out, ap);
   }
   return true;
 }
@@ -159,8 +246,11 @@ template <class T, class Acc>
 void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) {
   const ReduceDims rd = split_reduce_dims(x, out);
   if constexpr (std::is_same_v<T, Acc>) {
-    if (op == ReduceOp::Sum &&
-        sum_across_rows<T>(rd, static_cast<const T*>(x.data), static_cast<T*>(out.data)))
+    const T* xs = static_cast<const T*>(x.data);
+    T* os = static_cast<T*>(out.data);
+    if (op == ReduceOp::Sum
+            ? sum_across_rows<T>(rd, xs, os)
+            : extremum_across_rows<T>(op, rd, xs, os, static_cast<int64_t*>(arg.data)))
       return;
   }
   const Shape &kept_sizes = rd.kept_sizes, &kept_xst = rd.kept_xst, &kept_ost = rd.kept_ost;
