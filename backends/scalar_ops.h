@@ -352,6 +352,18 @@ TG_HD inline T tanh_any(T x) {
   }
 }
 
+// log(e^a + e^b) as max(a, b) + log1p(exp(-|a - b|)), equal arguments (infinite ones included)
+// adding log1p(1) = log 2, a NaN giving NaN: the steps of the composite that logaddexp was (and
+// that its gradient follows), with the same bits, in one pass. T a float, a double or a vector
+// of floats.
+template <class T>
+TG_HD inline T logaddexp_of(T a, T b) {
+  const T m = (a != a) | (a > b) ? a : b;  // maximum's rule: a NaN wins
+  const T d = a - b;
+  const T gap = a == b ? T{} : (d < T{} ? d : -d);
+  return m + log1p_any(exp_any(gap));
+}
+
 // 1 / (1 + e^-x); T a float, a double or a vector of floats (1.0f: a vector takes no T(1)).
 template <class T>
 TG_HD inline T sigmoid(T x) {

@@ -259,16 +259,28 @@ Tensor gelu_grad(const Tensor& x) {
 
 // --- stable composites (as MLX writes them)
 
-// max(a, b) + log1p(exp(-|a - b|)); equal arguments (infinite ones included) add log 2. At a
-// tie the gradient is 1/2 to each side, from maximum's rule.
+// max(a, b) + log1p(exp(-|a - b|)); equal arguments (infinite ones included) add log 2: one
+// kernel (scalar::logaddexp_of). The gradient is sigmoid(a - b) to a and sigmoid(b - a) to b,
+// and 1/2 to each side at a tie (infinite ones too), as the composite's was by maximum's rule.
 Tensor logaddexp(const Tensor& self, const Tensor& other) {
   auto [a, b] = detail::promoted(self, other, "logaddexp");
   detail::check_floating(a, "logaddexp", "self");
   broadcast_shapes(a.sizes(), b.sizes(), "logaddexp");  // its error names this op
   return detail::in_compute_dtype(a, [&, b = b](const Tensor& x) {
     Tensor y = b.to(x.dtype());
-    Tensor gap = where(eq(x, y), 0.0, neg(abs(sub(x, y))));
-    return add(maximum(x, y), log1p(exp(gap)));
+    Tensor out = binary_kernel(BinaryOp::LogAddExp, x, y, "logaddexp");
+    if (any_requires_grad({x, y})) {
+      SavedTensor sx(x), sy(y);
+      record("logaddexp", {x, y}, {&out},
+             [sx, sy, sa = x.sizes(), sb = y.sizes()](const std::vector<Tensor>& g) {
+               const Tensor u = sx.unpack("logaddexp"), v = sy.unpack("logaddexp");
+               const Tensor tie = eq(u, v);
+               return std::vector<Tensor>{
+                   sum_to(mul(g[0], where(tie, 0.5, sigmoid(sub(u, v)))), sa),
+                   sum_to(mul(g[0], where(tie, 0.5, sigmoid(sub(v, u)))), sb)};
+             });
+    }
+    return out;
   });
 }
 Tensor softplus(const Tensor& x) {

@@ -69,6 +69,45 @@ TEST_CASE("log1p, expm1 and the stable composites softplus, log_sigmoid, logadde
   tgtest::check_throws_with_prefix([&] { logaddexp(a, zeros({2}, kFloat64)); }, "[logaddexp]",
                                    "not broadcastable");
   tgtest::check_throws_with_prefix([] { log1p(zeros({2}, kInt64)); }, "[log1p]", "float");
+  // Infinite ties take 1/2 each too (sigmoid(inf - inf) would be NaN).
+  Tensor ia = full({2}, inf, kFloat64).requires_grad_(true);
+  Tensor ib = from_vector(std::vector<double>{inf, 1.0}, {2}).requires_grad_(true);
+  sum(logaddexp(ia, ib)).backward();
+  CHECK(ia.grad().to_vector<double>() == std::vector<double>{0.5, 1.0});
+  CHECK(ib.grad().to_vector<double>() == std::vector<double>{0.5, 0.0});
+}
+
+// logaddexp's one kernel (whole vectors in unit-stride runs, b also splatted as softplus's 0)
+// gives the bits of the composite it replaced, ties, infinities and NaN included.
+TEST_CASE("logaddexp on float32: one kernel, the composite's bits") {
+  const int64_t n = 203;
+  std::vector<float> av(n), bv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    av[i] = 0.37f * static_cast<float>(i % 41) - 7.0f;
+    bv[i] = i % 5 == 0 ? av[i] : 0.29f * static_cast<float>(i % 37) - 5.0f;
+  }
+  av[3] = bv[3] = INFINITY;
+  av[8] = bv[8] = -INFINITY;
+  av[13] = INFINITY;
+  av[17] = NAN;
+  bv[19] = NAN;
+  av[21] = -0.f;
+  bv[21] = 0.f;
+  const Tensor a = from_vector(av, {n}), b = from_vector(bv, {n});
+  const auto composite = [](const Tensor& x, const Tensor& y) {
+    return add(maximum(x, y), log1p(exp(where(eq(x, y), 0.0, neg(abs(sub(x, y)))))));
+  };
+  const auto same_bits = [](const Tensor& got, const Tensor& want) {
+    const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO(i << ": got " << g[i] << ", want " << w[i]);
+      CHECK((std::bit_cast<uint32_t>(g[i]) == std::bit_cast<uint32_t>(w[i]) ||
+             (std::isnan(g[i]) && std::isnan(w[i]))));
+    }
+  };
+  same_bits(logaddexp(a, b), composite(a, b));
+  const Tensor zero = zeros({}, kFloat32);
+  same_bits(softplus(a), composite(a, zero));
 }
 
 TEST_CASE("elementwise ops refuse dtypes outside their domain; abs(-0.0) is +0.0") {
@@ -191,8 +230,9 @@ TEST_CASE("where and masked_fill") {
   check_close(where(c, a, 0.0).to_vector<double>(), {1, 0, 3});
   check_close(where(c, 5.0, a).to_vector<double>(), {5, 2, 5});
   check_close(masked_fill(a, c, -1.0).to_vector<double>(), {-1, 2, -1});
-  // Unit-stride runs of 4- and 8-byte elements take whole vectors (select_run), the tail and
-  // other types an element at a time: every element against the plain rule.
+  // Unit-stride runs of 4- and 8-byte elements take whole vectors (select_run), a side also
+  // as one element (a scalar), the tail and other types an element at a time: every element
+  // against the plain rule.
   const int64_t n = 301;
   std::vector<bool> cv(n);
   std::vector<double> xv(n), yv(n);
@@ -203,16 +243,19 @@ TEST_CASE("where and masked_fill") {
   }
   Tensor cond = from_vector(cv, {n});
   for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16}) {
-    const std::vector<double> got =
-        where(cond, from_vector(xv, {n}).to(dt), from_vector(yv, {n}).to(dt))
-            .to(kFloat64)
-            .to_vector<double>();
-    for (int64_t i = 0; i < n; ++i) {
-      INFO(dtype_name(dt) << " " << i);
-      CHECK(got[i] == from_vector(std::vector<double>{cv[i] ? xv[i] : yv[i]}, {1})
+    const Tensor x = from_vector(xv, {n}).to(dt), y = from_vector(yv, {n}).to(dt);
+    const std::vector<Tensor> got = {where(cond, x, y), where(cond, x, -2.0), where(cond, 3.0, y),
+                                     where(cond, x.narrow(0, 7, 1), -2.0)};
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<double> g = got[k].to(kFloat64).to_vector<double>();
+      for (int64_t i = 0; i < n; ++i) {
+        INFO(dtype_name(dt) << ", case " << k << ", element " << i);
+        const double xi = k == 2 ? 3.0 : xv[k == 3 ? 7 : i], yi = k == 0 || k == 2 ? yv[i] : -2.0;
+        CHECK(g[i] == from_vector(std::vector<double>{cv[i] ? xi : yi}, {1})
                           .to(dt)
                           .to(kFloat64)
                           .item<double>());
+      }
     }
   }
 }
