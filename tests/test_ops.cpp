@@ -185,36 +185,45 @@ TEST_CASE("binary ops with a transposed operand (the CPU's tiled path) against i
   CHECK(wrong == 0);
 }
 
-TEST_CASE("pow with exponents 2, 1, -1 and 0: correctly rounded, special values as std::pow") {
+TEST_CASE("pow: exponents 2, 1, -1, 0 and 1/2 correctly rounded, 3 and -1/2 within an ulp") {
   std::vector<double> v = tgtest::rnd({200}, 51, -1e3, 1e3).to_vector<double>();
-  const std::vector<double> special = {0.0,     -0.0,   INFINITY, -INFINITY, NAN,   1e-310,
-                                       -1e-310, 1e-40,  -3e-39,   1e20,      -1e20, 1e200,
-                                       -1e-200, 3.4e38, -1.0,     1.0};
+  const std::vector<double> special = {0.0,   -0.0,   INFINITY, -INFINITY, NAN,   1e-310,  -1e-310,
+                                       1e-40, -3e-39, 1e20,     -1e20,     1e200, -1e-200, 3.4e38,
+                                       -1.0,  1.0,    4.0,      1e13,      1e-13, -2e-13};
   std::copy(special.begin(), special.end(), v.begin());
+  for (int i = 20; i < 60; ++i) v[i] = std::abs(v[i]);  // roots of positive numbers
   for (DType dt : {kFloat32, kFloat64}) {
     const Tensor x = from_vector(v, {200}).to(dt);
     const std::vector<double> xs = x.to_vector<double>();  // the values as rounded to dt
-    for (double p : {2.0, 1.0, -1.0, 0.0, 3.0, 0.5}) {
+    for (double p : {2.0, 1.0, -1.0, 0.0, 0.5, 3.0, -0.5, 1.5}) {
       INFO(dt << " exponent " << p);
-      const bool exact = p != 3.0 && p != 0.5;  // a single rounding of x^p
+      const bool exact = p != 3.0 && p != -0.5;  // one rounding of x^p, or std::pow's (3/2)
       const std::vector<double> got = pow(x, p).to_vector<double>();
       int64_t wrong = 0;
       for (size_t i = 0; i < xs.size(); ++i) {
-        // float32: the correctly rounded power (from double, where the power is exact or one
-        // rounding) for the exact exponents, powf for the others. float64: pow, within an ulp
-        // for the exact exponents, where glibc's pow rounds some exact ties away from even
-        // (x^2 of 29-bit x: x * x is the correctly rounded one).
-        const float xf = static_cast<float>(xs[i]), pf = static_cast<float>(p);
-        const double want = dt == kFloat64 ? std::pow(xs[i], p)
-                            : exact ? static_cast<double>(static_cast<float>(std::pow(xs[i], p)))
-                                    : static_cast<double>(std::pow(xf, pf));
-        const bool ulp_off = dt == kFloat64 && exact && std::nextafter(want, got[i]) == got[i];
+        // The power in double: exact or one rounding for float32's x (a root: sqrt, correctly
+        // rounded, with pow's -0 and -inf), then rounded to float32. float64: std::pow, which
+        // glibc rounds an ulp off at some exact ties (x^2 of 29-bit x).
+        const double xi = xs[i];
+        const double root = xi == -INFINITY ? INFINITY : std::sqrt(xi) + 0.0;
+        double want = p == 0.5 ? root : std::pow(xi, p);
+        if (dt == kFloat32) {
+          want = static_cast<double>(static_cast<float>(want));
+          if (p == 1.5) want = std::pow(static_cast<float>(xi), 1.5f);  // powf, as the kernel
+        }
+        // An ulp off: two roundings (3, -1/2), or glibc's ties in float64's 2.
+        const bool ulp_off =
+            (!exact || (dt == kFloat64 && p == 2.0)) && std::isfinite(want) && want != 0 &&
+            (dt == kFloat32
+                 ? std::nextafter(static_cast<float>(want), static_cast<float>(got[i])) ==
+                       static_cast<float>(got[i])
+                 : std::nextafter(want, got[i]) == got[i]);
         const bool same =
             std::isnan(want)
                 ? std::isnan(got[i])
                 : (got[i] == want && std::signbit(got[i]) == std::signbit(want)) || ulp_off;
         if (!same) {
-          INFO("x " << xs[i] << ": got " << got[i] << ", want " << want);
+          INFO("x " << xi << ": got " << got[i] << ", want " << want);
           CHECK(same);
           ++wrong;
         }
