@@ -225,51 +225,23 @@ TG_HD inline float expm1_f32(float x) {
 template <class V>
 struct VectorMath;
 
-// exp of float (exp_f32), double (std::exp) or a vector of floats (VectorMath).
-template <class T>
-TG_HD inline T exp_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return exp_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::exp(x);
-  } else {
-    return VectorMath<T>::exp(x);
+// exp_any(x), log_any, log1p_any, expm1_any and tanh_any: the function of a float (exp_f32, ...),
+// a double (std::exp, ...) or a vector of floats (VectorMath).
+#define TG_MATH_ANY(name)                             \
+  template <class T>                                  \
+  TG_HD inline T name##_any(T x) {                    \
+    if constexpr (std::is_same_v<T, float>) {         \
+      return name##_f32(x);                           \
+    } else if constexpr (std::is_same_v<T, double>) { \
+      return std::name(x);                            \
+    } else {                                          \
+      return VectorMath<T>::name(x);                  \
+    }                                                 \
   }
-}
-
-// log of float (log_f32), double (std::log) or a vector of floats (VectorMath).
-template <class T>
-TG_HD inline T log_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return log_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::log(x);
-  } else {
-    return VectorMath<T>::log(x);
-  }
-}
-
-// log1p and expm1 of float (log1p_f32, expm1_f32), double (the library's) or a vector of floats.
-template <class T>
-TG_HD inline T log1p_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return log1p_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::log1p(x);
-  } else {
-    return VectorMath<T>::log1p(x);
-  }
-}
-template <class T>
-TG_HD inline T expm1_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return expm1_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::expm1(x);
-  } else {
-    return VectorMath<T>::expm1(x);
-  }
-}
+TG_MATH_ANY(exp)
+TG_MATH_ANY(log)
+TG_MATH_ANY(log1p)
+TG_MATH_ANY(expm1)  // tanh_any: after tanh_f32 below
 
 // The square root of a float or a double (std::sqrt) or of a vector of them (VectorMath),
 // correctly rounded in every case.
@@ -325,6 +297,8 @@ TG_HD inline float tanh_f32(float x) {
   }
   return half_bits::bits_float(half_bits::float_bits(r) | sign);
 }
+TG_MATH_ANY(tanh)
+#undef TG_MATH_ANY
 
 // x^(1/2) as pow gives it, by a correctly rounded sqrt (so the bits of a correctly rounded pow):
 // pow(-0, 1/2) is +0 (sqrt: -0) and pow(-inf, 1/2) is +inf (sqrt: NaN). T a float, a double or a
@@ -351,18 +325,6 @@ TG_HD inline T pow_of(T x, T p) {
   if (p == T(0.5)) return pow_half(x);
   if (p == T(-0.5)) return T(1) / pow_half(x);
   return std::pow(x, p);
-}
-
-// tanh of float (tanh_f32), double (std::tanh) or a vector of floats (VectorMath).
-template <class T>
-TG_HD inline T tanh_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return tanh_f32(x);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return std::tanh(x);
-  } else {
-    return VectorMath<T>::tanh(x);
-  }
 }
 
 // log(e^a + e^b) as max(a, b) + log1p(exp(-|a - b|)), equal arguments (infinite ones included)

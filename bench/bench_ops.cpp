@@ -107,6 +107,11 @@ static int run(const bench::Args& args) {
   row("log_f32_4M", time_ms([&] { tg::log(xa); }), 0);
   row("log1p_f32_4M", time_ms([&] { tg::log1p(xa); }), 0);
   row("expm1_f32_4M", time_ms([&] { tg::expm1(x); }), 0);
+  row("pow3_f32_4M", time_ms([&] { tg::pow(x, 3.0); }), 0);
+  row("pow_half_f32_4M", time_ms([&] { tg::pow(xa, 0.5); }), 0);
+  row("softplus_f32_4M", time_ms([&] { tg::softplus(x); }), 0);
+  const tg::Tensor above = tg::gt(x, y);
+  row("where_f32_4M", time_ms([&] { tg::where(above, x, y); }), 0);
   tg::Tensor m = x.reshape({4096, 1024});
   row("sum_lastdim_f32_4096x1024", time_ms([&] { tg::sum(m, {1}); }), ref_ms([&] {
         float* o = out.data();
@@ -132,6 +137,7 @@ static int run(const bench::Args& args) {
   // PyTorch counterpart, each forward and backward.
   row("sum_dim0_f32_4096x1024", time_ms([&] { tg::sum(m, {0}); }), 0);
   row("max_lastdim_f32_4096x1024", time_ms([&] { tg::max(m, {1}); }), 0);
+  row("max_dim0_f32_4096x1024", time_ms([&] { tg::max(m, {0}); }), 0);
   tg::Tensor m2 = tg::randn({1024, 4096}, gen).to(dev);
   row("add_transposed_f32_4096x1024", time_ms([&] { tg::add(m, m2.transpose(0, 1)); }), 0);
   tg::Tensor w = tg::randn({1024}, gen).to(dev);

@@ -98,7 +98,8 @@ void map2(const View& a, const View& b, const View& out, F f, VF vf = nullptr) {
 // 0.78 (the memory-bound pow(x, 2): 0.74), tanh 1.62 -> 1.15-1.21 (its division's share stays),
 // sigmoid 1.06-1.08 -> 0.67-0.68, silu 1.12 -> 0.67-0.69; sqrt 1.98-2.10 -> 0.69-0.74 and rsqrt
 // 3.55-3.68 -> 0.91-1.01 (std::sqrt may set errno, so their loops of scalars never vectorized);
-// log 4.47-4.64 -> 0.85-0.86 (glibc's logf per element before scalar::log_f32).
+// log 4.47-4.64 -> 0.85-0.86 (glibc's logf per element before scalar::log_f32); expm1 22.6 ->
+// 0.93 and log1p 15.5 -> 1.04-1.11 (glibc's, before expm1_f32 and log1p_f32).
 template <class Fn, class T>
 constexpr bool kVectorUnary =
     std::is_same_v<T, float> &&
