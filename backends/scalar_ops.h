@@ -302,7 +302,7 @@ TG_MATH_ANY(tanh)
 
 // x^(1/2) as pow gives it, by a correctly rounded sqrt (so the bits of a correctly rounded pow):
 // pow(-0, 1/2) is +0 (sqrt: -0) and pow(-inf, 1/2) is +inf (sqrt: NaN). T a float, a double or a
-// vector of them.
+// vector of floats.
 template <class T>
 TG_HD inline T pow_half(T x) {
   return x == -__builtin_inff() ? -x : sqrt_any(x) + 0.0f;
@@ -333,7 +333,7 @@ TG_HD inline T pow_of(T x, T p) {
 // of floats.
 template <class T>
 TG_HD inline T logaddexp_of(T a, T b) {
-  const T m = (a != a) | (a > b) ? a : b;  // maximum's rule: a NaN wins
+  const T m = ((a != a) | (a > b)) ? a : b;  // maximum's rule: a NaN wins
   const T d = a - b;
   const T gap = a == b ? T{} : (d < T{} ? d : -d);
   return m + log1p_any(exp_any(gap));

@@ -6,7 +6,6 @@
 
 using namespace tg;
 using tgtest::check_close;
-using tgtest::rnd;
 
 TEST_CASE("reductions over dims with keepdim") {
   Tensor x = arange(24, kFloat64).reshape({2, 3, 4});

@@ -99,7 +99,7 @@ void map2(const View& a, const View& b, const View& out, F f, VF vf = nullptr) {
 // sigmoid 1.06-1.08 -> 0.67-0.68, silu 1.12 -> 0.67-0.69; sqrt 1.98-2.10 -> 0.69-0.74 and rsqrt
 // 3.55-3.68 -> 0.91-1.01 (std::sqrt may set errno, so their loops of scalars never vectorized);
 // log 4.47-4.64 -> 0.85-0.86 (glibc's logf per element before scalar::log_f32); expm1 22.6 ->
-// 0.93 and log1p 15.5 -> 1.04-1.11 (glibc's, before expm1_f32 and log1p_f32).
+// 0.91-0.99 and log1p 15.5 -> 1.04-1.15 (glibc's, before expm1_f32 and log1p_f32).
 template <class Fn, class T>
 constexpr bool kVectorUnary =
     std::is_same_v<T, float> &&
@@ -235,7 +235,7 @@ void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& o
     using To = scalar::stored_t<decltype(fn), T>;
     const auto f = [fn](T u, T v) { return scalar::apply_binary(fn, u, v); };
     // logaddexp's exp and log1p on whole vectors (simd.h): 4M float32 on two Intel AVX-512 cores
-    // 1.0 ms, where its composite's nine passes took 9.3.
+    // 2.1 ms, where its composite's nine passes took 10.1-12.3.
     if constexpr (std::is_same_v<T, float> &&
                   std::is_same_v<decltype(fn), scalar::binary_fn::LogAddExp>) {
       map2<To, T>(a, b, out, f, [fn](simd::Vec<float> u, simd::Vec<float> v) { return fn(u, v); });

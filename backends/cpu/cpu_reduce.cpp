@@ -109,8 +109,7 @@ bool sum_across_rows(const ReduceDims& rd, const T* xp, T* op) {
 // first NaN or else the first of the extremal values, written as selects. With arg, their flat
 // indices over the reduced dims too.
 template <class T, bool is_max, bool with_index>
-void extremum_across_rows(const ReduceDims& rd, const AcrossRows& a, const T* xp, T* op,
-                          int64_t* ap) {
+void scan_across_rows(const ReduceDims& rd, const AcrossRows& a, const T* xp, T* op, int64_t* ap) {
   constexpr T start =
       is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
   const int64_t ost = rd.kept_ost[a.kc];
@@ -146,11 +145,11 @@ bool extremum_across_rows(ReduceOp op, const ReduceDims& rd, const T* xp, T* out
   if (!across_rows_layout(rd, a)) return false;
   const bool is_max = op == ReduceOp::Max;
   if (ap) {
-    is_max ? extremum_across_rows<T, true, true>(rd, a, xp, out, ap)
-           : extremum_across_rows<T, false, true>(rd, a, xp, out, ap);
+    is_max ? scan_across_rows<T, true, true>(rd, a, xp, out, ap)
+           : scan_across_rows<T, false, true>(rd, a, xp, out, ap);
   } else {
-    is_max ? extremum_across_rows<T, true, false>(rd, a, xp, out, ap)
-           : extremum_across_rows<T, false, false>(rd, a, xp, out, ap);
+    is_max ? scan_across_rows<T, true, false>(rd, a, xp, out, ap)
+           : scan_across_rows<T, false, false>(rd, a, xp, out, ap);
   }
   return true;
 }
