@@ -103,7 +103,7 @@ TG_HD inline F log_reduced(F f, F e) {
 // log for float32 that the compiler can vectorize (std::log is a library call it cannot: 4.7
 // ms over 4M floats on two Intel AVX-512 cores): x = 2^e m, subnormal x scaled by 2^23 first,
 // then log_reduced. log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN.
-// simd::log takes the same steps on vectors, with the same bits (tests/test_ops.cpp).
+// simd::log takes the same steps on vectors, with the same bits (tests/test_float32_math.cpp).
 inline constexpr float kLogSqrt2 = 1.41421354f;  // m above it is halved, e raised by one
 TG_HD inline float log_f32(float x) {
   const bool subnormal = x < 1.17549435e-38f;

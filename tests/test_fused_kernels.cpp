@@ -5,12 +5,9 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgtest::Fn;
+using tgtest::leaf;
 using tgtest::rnd;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-namespace {
-Tensor leaf(Tensor t) { return t.requires_grad_(true); }
-}  // namespace
 
 TEST_CASE("fused kernels in float32 agree with float64") {
   Tensor x = rnd({3, 5, 8}, 21), w = rnd({8}, 22), g = rnd({3, 5, 8}, 23);

@@ -2,11 +2,11 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgtest::Fn;
+using tgtest::leaf;
 using tgtest::rnd;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 namespace {
-Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 // A (rows, cols) tensor whose memory is column-major: a transposed view.
 Tensor strided(int64_t rows, int64_t cols, uint64_t seed, double lo = -1, double hi = 1) {
   return leaf(rnd({cols, rows}, seed, lo, hi).transpose(0, 1));

@@ -2,12 +2,9 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgtest::Fn;
+using tgtest::leaf;
 using tgtest::rnd;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-namespace {
-Tensor leaf(Tensor t) { return t.requires_grad_(true); }
-}  // namespace
 
 TEST_CASE("softmax and log_softmax") {
   for (int64_t dim : {0, 1, -1}) {

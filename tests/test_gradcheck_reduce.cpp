@@ -2,11 +2,11 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgtest::Fn;
+using tgtest::leaf;
 using tgtest::rnd;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 namespace {
-Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 Tensor strided3(uint64_t seed) { return leaf(rnd({4, 3, 2}, seed).permute({2, 1, 0})); }  // (2,3,4)
 }  // namespace
 

@@ -5,11 +5,11 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgtest::Fn;
+using tgtest::leaf;
 using tgtest::rnd;
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 namespace {
-Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 }  // namespace
 

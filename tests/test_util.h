@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -32,6 +33,12 @@ inline tg::Tensor rnd(const tg::Shape& shape, uint64_t seed = 1, double lo = -1.
   tg::Generator g{seed, 0};
   return tg::add(tg::mul(tg::rand(shape, g, tg::kFloat64), hi - lo), lo);
 }
+
+// A differentiable function of a list of tensors, as the gradchecks take it.
+using Fn = std::function<tg::Tensor(const std::vector<tg::Tensor>&)>;
+
+// t as a leaf that requires its gradient.
+inline tg::Tensor leaf(tg::Tensor t) { return t.requires_grad_(true); }
 
 // A file's bytes.
 inline std::vector<char> read_bytes(const std::filesystem::path& p) {

@@ -241,11 +241,11 @@ inline Vec<float> tanh(Vec<float> x) {
 }
 
 // exp lane by lane: for float32 scalar::exp_f32 bit for bit when both are compiled alike (its
-// clamp, scalar::exp_reduced, and p 2^n; test_ops compares the elementwise kernel's loops), exact
-// 0 below -104, inf above 88.7, NaN stays NaN; for float64 std::exp per lane
-// (float64 is for tests and gradchecks). With AVX-512, 2^n is one vscalefps, rounded once as
-// exp_f32's two exact halves are, and the selects after it two masks: 3.4-3.6 ns a 16-lane
-// vector from L1 on an Intel AVX-512 core, against 4.9 for exp_f32's steps on vectors.
+// clamp, scalar::exp_reduced, and p 2^n; test_float32_math compares the elementwise kernel's
+// loops), exact 0 below -104, inf above 88.7, NaN stays NaN; for float64 std::exp per lane (float64
+// is for tests and gradchecks). With AVX-512, 2^n is one vscalefps, rounded once as exp_f32's two
+// exact halves are, and the selects after it two masks: 3.4-3.6 ns a 16-lane vector from L1 on an
+// Intel AVX-512 core, against 4.9 for exp_f32's steps on vectors.
 template <class T>
 inline Vec<T> exp(Vec<T> x) {
   if constexpr (sizeof(T) == 4) {
