@@ -105,19 +105,30 @@ TG_HD inline F log_reduced(F f, F e) {
 // then log_reduced. log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN.
 // simd::log takes the same steps on vectors, with the same bits (tests/test_float32_math.cpp).
 inline constexpr float kLogSqrt2 = 1.41421354f;  // m above it is halved, e raised by one
-TG_HD inline float log_f32(float x) {
-  const bool subnormal = x < 1.17549435e-38f;
-  const uint32_t bits = half_bits::float_bits(subnormal ? x * 8388608.0f : x);
-  int e = static_cast<int>((bits >> 23) & 0xffu) - (subnormal ? 150 : 127);
+// y = 2^e m, m in [sqrt(1/2), sqrt(2)), from y's bits and the exponent of its [1, 2) mantissa:
+// returns f = m - 1 and sets ef = e (log_f32 and log1p_f32; simd.h's log_split on vectors).
+TG_HD inline float log_split(uint32_t bits, int e, float& ef) {
   float m = half_bits::bits_float((bits & 0x7fffffu) | 0x3f800000u);
   if (m > kLogSqrt2) {
     m *= 0.5f;
     e += 1;
   }
-  float r = log_reduced(m - 1.0f, static_cast<float>(e));
-  r = x == __builtin_inff() ? x : r;
-  r = x == 0.0f ? -__builtin_inff() : r;
-  r = x < 0.0f ? half_bits::bits_float(0x7fc00000u) : r;  // the default quiet NaN
+  ef = static_cast<float>(e);
+  return m - 1.0f;
+}
+// r, or log(y) where y is a special value: y for inf, -inf for 0, the default quiet NaN below 0.
+TG_HD inline float log_specials(float y, float r) {
+  r = y == __builtin_inff() ? y : r;
+  r = y == 0.0f ? -__builtin_inff() : r;
+  return y < 0.0f ? half_bits::bits_float(0x7fc00000u) : r;
+}
+TG_HD inline float log_f32(float x) {
+  const bool subnormal = x < 1.17549435e-38f;
+  const uint32_t bits = half_bits::float_bits(subnormal ? x * 8388608.0f : x);
+  float e;
+  const float f =
+      log_split(bits, static_cast<int>((bits >> 23) & 0xffu) - (subnormal ? 150 : 127), e);
+  const float r = log_specials(x, log_reduced(f, e));
   return x != x ? x : r;
 }
 
@@ -147,19 +158,11 @@ TG_HD inline float log1p_f32(float x) {
   const float a = x > 1.0f ? x : 1.0f, b = x > 1.0f ? 1.0f : x;
   const float c = b - (u - a);
   const uint32_t bits = half_bits::float_bits(u);
-  int e = static_cast<int>((bits >> 23) & 0xffu) - 127;
-  float m = half_bits::bits_float((bits & 0x7fffffu) | 0x3f800000u);
-  if (m > kLogSqrt2) {
-    m *= 0.5f;
-    e += 1;
-  }
+  float e;
+  const float f = log_split(bits, static_cast<int>((bits >> 23) & 0xffu) - 127, e);
   const bool direct = x >= kLog1pLo && x < kLog1pHi;
-  float r =
-      direct ? log1p_reduced(x, 0.0f, 0.0f) : log1p_reduced(m - 1.0f, static_cast<float>(e), c / u);
-  r = u == __builtin_inff() ? u : r;
-  r = u == 0.0f ? -__builtin_inff() : r;
-  r = u < 0.0f ? half_bits::bits_float(0x7fc00000u) : r;  // the default quiet NaN
-  r = x == 0.0f ? x : r;                                  // -0
+  float r = log_specials(u, direct ? log1p_reduced(x, 0.0f, 0.0f) : log1p_reduced(f, e, c / u));
+  r = x == 0.0f ? x : r;  // -0
   return x != x ? x : r;
 }
 

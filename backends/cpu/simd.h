@@ -138,6 +138,22 @@ inline bool all_lanes(Vec<int32_t> m) {
 #endif
 }
 
+// scalar::log_split and log_specials on vectors.
+inline Vec<float> log_split(Vec<int32_t> bits, Vec<int32_t> e, Vec<float>& ef) {
+  using V = Vec<float>;
+  V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
+  const Vec<int32_t> big = m > splat(scalar::kLogSqrt2);
+  m = big ? m * splat(0.5f) : m;
+  ef = __builtin_convertvector(big ? e + 1 : e, V);
+  return m - splat(1.0f);
+}
+inline Vec<float> log_specials(Vec<float> y, Vec<float> r) {
+  using V = Vec<float>;
+  r = y == splat(__builtin_inff()) ? y : r;
+  r = y == V{} ? splat(-__builtin_inff()) : r;
+  return y < V{} ? reinterpret_cast<V>(Vec<int32_t>{} + 0x7fc00000) : r;
+}
+
 // log lane by lane: scalar::log_f32's steps on vectors, with its bits (float32 only). When every
 // lane is a positive normal float, as nearly always, the steps for subnormal x and the special
 // values are skipped: they do not change those lanes' bits (4M floats on two Intel AVX-512 cores:
@@ -145,26 +161,16 @@ inline bool all_lanes(Vec<int32_t> m) {
 inline Vec<float> log(Vec<float> x) {
   using V = Vec<float>;
   using VI = Vec<int32_t>;
+  V e;
   if (all_lanes((x >= splat(1.17549435e-38f)) & (x < splat(__builtin_inff())))) {
     const VI bits = reinterpret_cast<VI>(x);
-    VI e = (bits >> 23) - 127;
-    V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
-    const VI big = m > splat(scalar::kLogSqrt2);
-    m = big ? m * splat(0.5f) : m;
-    e = big ? e + 1 : e;
-    return scalar::log_reduced(m - splat(1.0f), __builtin_convertvector(e, V));
+    const V f = log_split(bits, (bits >> 23) - 127, e);
+    return scalar::log_reduced(f, e);
   }
   const VI subnormal = x < splat(1.17549435e-38f);
   const VI bits = reinterpret_cast<VI>(subnormal ? x * splat(8388608.0f) : x);
-  VI e = ((bits >> 23) & 0xff) - (subnormal ? 150 : 127);
-  V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
-  const VI big = m > splat(scalar::kLogSqrt2);
-  m = big ? m * splat(0.5f) : m;
-  e = big ? e + 1 : e;
-  V r = scalar::log_reduced(m - splat(1.0f), __builtin_convertvector(e, V));
-  r = x == splat(__builtin_inff()) ? x : r;
-  r = x == splat(0.0f) ? splat(-__builtin_inff()) : r;
-  r = x < splat(0.0f) ? reinterpret_cast<V>(VI{} + 0x7fc00000) : r;
+  const V f = log_split(bits, ((bits >> 23) & 0xff) - (subnormal ? 150 : 127), e);
+  const V r = log_specials(x, scalar::log_reduced(f, e));
   return x != x ? x : r;
 }
 
@@ -177,17 +183,11 @@ inline Vec<float> log1p(Vec<float> x) {
   const V a = above ? x : one, b = above ? one : x;
   const V c = b - (u - a);
   const VI bits = reinterpret_cast<VI>(u);
-  VI e = ((bits >> 23) & 0xff) - 127;
-  V m = reinterpret_cast<V>((bits & 0x7fffff) | 0x3f800000);
-  const VI big = m > splat(scalar::kLogSqrt2);
-  m = big ? m * splat(0.5f) : m;
-  e = big ? e + 1 : e;
+  V e;
+  const V f = log_split(bits, ((bits >> 23) & 0xff) - 127, e);
   const VI direct = (x >= splat(scalar::kLog1pLo)) & (x < splat(scalar::kLog1pHi));
-  V r = scalar::log1p_reduced(direct ? x : m - one, direct ? V{} : __builtin_convertvector(e, V),
-                              direct ? V{} : c / u);
-  r = u == splat(__builtin_inff()) ? u : r;
-  r = u == V{} ? splat(-__builtin_inff()) : r;
-  r = u < V{} ? reinterpret_cast<V>(VI{} + 0x7fc00000) : r;
+  V r = log_specials(u,
+                     scalar::log1p_reduced(direct ? x : f, direct ? V{} : e, direct ? V{} : c / u));
   r = x == V{} ? x : r;
   return x != x ? x : r;
 }
