@@ -1,7 +1,7 @@
 // The float32 math functions the CPU kernels evaluate on whole vectors (exp, log, log1p, expm1,
-// tanh, sigmoid, silu, sqrt, rsqrt, logaddexp): their accuracy against float64, their special
-// values, and the same bits from the vector loop (unit-stride runs) as from the lane-by-lane one
-// (strided runs and a run's tail), checked through the public ops.
+// tanh, sigmoid, silu, softplus, log_sigmoid, sqrt, rsqrt, logaddexp): their accuracy against
+// float64, their special values, and the same bits from the vector loop (unit-stride runs) as from
+// the lane-by-lane one (strided runs and a run's tail), checked through the public ops.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -41,10 +41,12 @@ TEST_CASE("tg::tanh on float32 is within 2 ulp of a double-precision tanh") {
   }
 }
 
-// sigmoid, silu and silu_grad on float32 evaluate their functors on whole vectors in unit-stride
-// runs (their exp: simd::exp) and lane by lane elsewhere: the same bits both ways, and sigmoid
-// within 3 ulp of a double-precision reference.
-TEST_CASE("sigmoid, silu, silu_grad on float32: the vector loop gives the scalar loop's bits") {
+// sigmoid, silu, silu_grad, softplus and log_sigmoid on float32 evaluate their functors on whole
+// vectors in unit-stride runs (their exp: simd::exp) and lane by lane elsewhere: the same bits
+// both ways, and sigmoid within 3 ulp of a double-precision reference.
+TEST_CASE(
+    "sigmoid, silu, silu_grad, softplus, log_sigmoid on float32: the vector loop gives the scalar "
+    "loop's bits") {
   std::vector<float> xs;
   xs.reserve(3000 + 5);
   for (int i = 0; i < 3000; ++i) xs.push_back(-30.f + 0.02f * static_cast<float>(i));
@@ -52,7 +54,8 @@ TEST_CASE("sigmoid, silu, silu_grad on float32: the vector loop gives the scalar
   Tensor t = from_vector(xs, {static_cast<int64_t>(xs.size())});
   for (auto op :
        {+[](const Tensor& x) { return sigmoid(x); }, +[](const Tensor& x) { return silu(x); },
-        +[](const Tensor& x) { return silu_grad(x); }}) {
+        +[](const Tensor& x) { return silu_grad(x); }, +[](const Tensor& x) { return softplus(x); },
+        +[](const Tensor& x) { return log_sigmoid(x); }}) {
     CHECK(pairs_of(op(t.unsqueeze(1).expand({-1, 2}))) == op(t).to_vector<float>());
   }
   auto got = sigmoid(t).to_vector<float>();

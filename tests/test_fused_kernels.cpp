@@ -1,6 +1,9 @@
 // The fused kernels (RMSNorm, RoPE, SwiGLU, AdamW, clipping's sum of squares, cross-entropy)
 // against float64 and against the composite formulas they replace, values and gradients; their
 // determinism across thread counts; AdamW's and the sum of squares' errors.
+#include <bit>
+#include <cmath>
+
 #include "ops/optimizer_ops.h"
 #include "test_util.h"
 
@@ -145,6 +148,68 @@ TEST_CASE("fused kernels match their composite formulas, values and gradients") 
   tgtest::check_close(fused[1].to_vector<double>(), composite[1].to_vector<double>(), 1e-13);
   tgtest::check_close(fused_swiglu.to_vector<double>(), swiglu_backward(gh, x).to_vector<double>(),
                       1e-14);
+}
+
+// The unary ops' backward in one pass (elementwise_ops.def's ...Backward) against the composite
+// derivative it replaces (fused kernels off): the same bits in float32 and float64, over values
+// that reach every branch (zeros of both signs, infinities, NaN, exp's underflow, negative
+// arguments of log and sqrt), in unit-stride runs (whole vectors and a tail) and strided ones
+// (element by element), with zero, infinite and NaN incoming gradients too.
+TEST_CASE("the unary ops' one-pass backward gives the composite's bits") {
+  std::vector<double> xs = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-30, -1e-30, 100.0, -100.0};
+  for (int i = 0; i < 200; ++i) xs.push_back(-25.0 + 0.2513 * i);
+  std::vector<double> gs(xs.size());
+  for (size_t i = 0; i < gs.size(); ++i) gs[i] = std::sin(0.7 * static_cast<double>(i)) * 3;
+  gs[3] = 0.0;
+  gs[17] = INFINITY;
+  gs[40] = NAN;
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>> ops = {
+      {"log", +[](const Tensor& x) { return log(x); }},
+      {"log1p", +[](const Tensor& x) { return log1p(x); }},
+      {"expm1", +[](const Tensor& x) { return expm1(x); }},
+      {"sqrt", +[](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", +[](const Tensor& x) { return rsqrt(x); }},
+      {"abs", +[](const Tensor& x) { return abs(x); }},
+      {"tanh", +[](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", +[](const Tensor& x) { return sigmoid(x); }},
+      {"relu", +[](const Tensor& x) { return relu(x); }},
+      {"silu", +[](const Tensor& x) { return silu(x); }},
+      {"gelu", +[](const Tensor& x) { return gelu(x); }},
+      {"softplus", +[](const Tensor& x) { return softplus(x); }},
+      {"log_sigmoid", +[](const Tensor& x) { return log_sigmoid(x); }},
+  };
+  const auto same_bits = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) ||
+           std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+  };
+  for (DType t : {kFloat32, kFloat64}) {
+    for (bool strided : {false, true}) {
+      // strided: every other element of a (2n) tensor
+      Tensor x = strided ? from_vector(xs, {n, 1})
+                               .expand({n, 2})
+                               .contiguous()
+                               .to(t)
+                               .reshape({2 * n})
+                               .slice(0, 0, 2 * n, 2)
+                         : from_vector(xs, {n}).to(t);
+      Tensor g = from_vector(gs, {n}).to(t);
+      for (const auto& [name, op] : ops) {
+        INFO(std::string(name) << (t == kFloat32 ? ", float32" : ", float64")
+                               << (strided ? ", strided" : ""));
+        auto dx = [&, op = op] {
+          Tensor leaf_x = x.detach().requires_grad_();
+          return grad({op(leaf_x)}, {leaf_x}, {g})[0].to_vector<double>();
+        };
+        const std::vector<double> fused = dx();
+        FusedKernelsGuard off(false);
+        const std::vector<double> composite = dx();
+        int differ = 0;
+        for (int64_t i = 0; i < n; ++i) differ += !same_bits(fused[i], composite[i]);
+        CHECK(differ == 0);
+      }
+    }
+  }
 }
 
 // Past 64 rows the fused backward sums dw in runs of rows (cpu_model.cpp): against the

@@ -107,7 +107,18 @@ constexpr bool kVectorUnary =
      std::is_same_v<Fn, scalar::unary_fn::Expm1> || std::is_same_v<Fn, scalar::unary_fn::Log1p> ||
      std::is_same_v<Fn, scalar::unary_fn::Sqrt> || std::is_same_v<Fn, scalar::unary_fn::Rsqrt> ||
      std::is_same_v<Fn, scalar::unary_fn::Tanh> || std::is_same_v<Fn, scalar::unary_fn::Sigmoid> ||
-     std::is_same_v<Fn, scalar::unary_fn::Silu> || std::is_same_v<Fn, scalar::unary_fn::SiluGrad>);
+     std::is_same_v<Fn, scalar::unary_fn::Silu> || std::is_same_v<Fn, scalar::unary_fn::SiluGrad> ||
+     std::is_same_v<Fn, scalar::unary_fn::Softplus> ||
+     std::is_same_v<Fn, scalar::unary_fn::LogSigmoid>);
+
+// The same for binary ops: logaddexp (its composite's nine passes took 10.1-12.3 ms over 4M
+// float32 on two Intel AVX-512 cores, one pass 2.1) and the backward formulas that hold an exp.
+template <class Fn, class T>
+constexpr bool kVectorBinary = std::is_same_v<T, float> &&
+                               (std::is_same_v<Fn, scalar::binary_fn::LogAddExp> ||
+                                std::is_same_v<Fn, scalar::binary_fn::SiluBackward> ||
+                                std::is_same_v<Fn, scalar::binary_fn::SoftplusBackward> ||
+                                std::is_same_v<Fn, scalar::binary_fn::LogSigmoidBackward>);
 
 // where's runs of 4- and 8-byte elements a vector at a time, the condition's bytes widened to
 // lane masks: unit-stride runs, where a side may also be one element (stride 0: masked_fill, a
@@ -234,10 +245,7 @@ void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& o
     using T = decltype(t);
     using To = scalar::stored_t<decltype(fn), T>;
     const auto f = [fn](T u, T v) { return scalar::apply_binary(fn, u, v); };
-    // logaddexp's exp and log1p on whole vectors (simd.h): 4M float32 on two Intel AVX-512 cores
-    // 2.1 ms, where its composite's nine passes took 10.1-12.3.
-    if constexpr (std::is_same_v<T, float> &&
-                  std::is_same_v<decltype(fn), scalar::binary_fn::LogAddExp>) {
+    if constexpr (kVectorBinary<decltype(fn), T>) {
       map2<To, T>(a, b, out, f, [fn](simd::Vec<float> u, simd::Vec<float> v) { return fn(u, v); });
     } else {
       map2<To, T>(a, b, out, f);
