@@ -1,8 +1,8 @@
 // Whether ops call a backend's fused kernels (rms_norm, swiglu, rope, the AdamW update, SDPA's
 // double backward, softmax's backward, logsumexp over the last dim, the unary ops' one-pass
-// backward). On by default. Off, those
-// ops run their composite formulas, written with other ops: the reference the fused kernels are
-// tested against, and what runs on a backend that lacks a fused kernel.
+// backward). On by default. Off, those ops run their composite formulas, written with other ops:
+// the reference the fused kernels are tested against, and what runs on a backend that lacks a
+// fused kernel.
 #pragma once
 #include "core/scoped_setting.h"
 

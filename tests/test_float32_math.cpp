@@ -1,7 +1,7 @@
 // The float32 math functions the CPU kernels evaluate on whole vectors (exp, log, log1p, expm1,
 // tanh, sigmoid, silu, softplus, log_sigmoid, sqrt, rsqrt, logaddexp): their accuracy against
-// float64, their special values, and the same bits from the vector loop (unit-stride runs) as from
-// the lane-by-lane one (strided runs and a run's tail), checked through the public ops.
+// float64, their special values, and the same bits from the vector loop (unit-stride runs) as
+// from the lane-by-lane one (strided runs and a run's tail), checked through the public ops.
 #include <bit>
 #include <cmath>
 #include <cstdint>
