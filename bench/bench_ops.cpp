@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_args.h"
@@ -130,6 +131,17 @@ static int run(const bench::Args& args) {
         mg.zero_grad();
       }),
       0);
+  // Elementwise ops' backward (one pass each: elementwise_ops.def's ...Backward).
+  for (auto [name, op] :
+       {std::pair{"tanh", +[](const tg::Tensor& v) { return tg::tanh(v); }},
+        std::pair{"relu", +[](const tg::Tensor& v) { return tg::relu(v); }},
+        std::pair{"softplus", +[](const tg::Tensor& v) { return tg::softplus(v); }}}) {
+    row((std::string(name) + "_fwd_bwd_f32_4096x1024").c_str(), time_ms([&, op = op] {
+          op(mg).backward(gout);
+          mg.zero_grad();
+        }),
+        0);
+  }
   tg::Tensor mt = m.transpose(0, 1);
   row("transpose_copy_f32_1024x4096", time_ms([&] { mt.contiguous(); }), 0);
   // Ops whose operands are not plain rows: a reduction across rows, a max along them, an

@@ -55,6 +55,14 @@ def torch_cases(device):
         mg.grad = None
 
     cases["softmax_fwd_bwd_f32_4096x1024"] = fwd_bwd
+    for name, op in (("tanh", torch.tanh), ("relu", torch.relu),
+                     ("softplus", torch.nn.functional.softplus)):
+
+        def unary_fwd_bwd(op=op):
+            op(mg).backward(gout)
+            mg.grad = None
+
+        cases[f"{name}_fwd_bwd_f32_4096x1024"] = unary_fwd_bwd
     mt = m.t()
     cases["transpose_copy_f32_1024x4096"] = lambda: mt.contiguous()
     cases["sum_dim0_f32_4096x1024"] = lambda: m.sum(0)
