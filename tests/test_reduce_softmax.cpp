@@ -1,5 +1,6 @@
 // Forward values (and the fused kernels' gradients) of the reductions, softmax, logsumexp and
 // cross-entropy against analytic spot values, in-order references and their composite formulas.
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
@@ -87,6 +88,50 @@ TEST_CASE("sums across rows add each output's elements in order, bit for bit") {
   CHECK(wrong == 0);
   // No rows: zeros.
   CHECK(sum(zeros({0, C}, kFloat32), {0}).to_vector<float>() == std::vector<float>(C, 0.0f));
+}
+
+// With fewer outputs than threads (here one) the rows are split among the threads: the same
+// bits as one thread's loop, the first extremum's index (max's gradient lands there) and the
+// first NaN, on 1, 2 and 3 threads.
+TEST_CASE("a full reduction split among threads: the one-thread bits, the first extremum") {
+  const int64_t R = 301, C = 130;  // 39,130 elements: past the threshold for threads
+  std::vector<double> v = tgtest::rnd({R, C}, 31).to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] *= std::pow(10.0, static_cast<double>(i % 7) - 3);
+  v[10 * C + 5] = v[200 * C + 7] = 1e4;    // max's two places: the first wins
+  v[250 * C + 1] = v[260 * C + 9] = -1e4;  // min's
+  std::vector<double> with_nan = v;
+  with_nan[150 * C + 3] = with_nan[280 * C + 2] = NAN;
+  const int saved = get_num_threads();
+  std::vector<std::vector<double>> runs;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<double> got;
+    for (const auto* values : {&v, &with_nan}) {
+      const Tensor x = from_vector(*values, {R, C}).to(kFloat32).requires_grad_();
+      got.push_back(sum(x).item<double>());
+      const Tensor m = max(x);
+      m.backward();
+      const std::vector<double> g = x.grad().to_vector<double>();
+      got.push_back(m.item<double>());
+      got.push_back(static_cast<double>(std::find(g.begin(), g.end(), 1.0) - g.begin()));
+      got.push_back(min(x.detach()).item<double>());
+    }
+    runs.push_back(got);
+  }
+  set_num_threads(saved);
+  const auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  for (size_t t = 1; t < runs.size(); ++t)
+    for (size_t i = 0; i < runs[0].size(); ++i) CHECK(same(runs[t][i], runs[0][i]));
+  double want_sum = 0;
+  for (double e : v) want_sum += static_cast<double>(static_cast<float>(e));
+  CHECK(runs[0][0] == doctest::Approx(want_sum).epsilon(1e-4));
+  CHECK(runs[0][1] == 1e4);
+  CHECK(runs[0][2] == 10 * C + 5);
+  CHECK(runs[0][3] == -1e4);
+  CHECK(std::isnan(runs[0][4]));
+  CHECK(std::isnan(runs[0][5]));
+  CHECK(runs[0][6] == 150 * C + 3);
+  CHECK(std::isnan(runs[0][7]));
 }
 
 TEST_CASE("max, min and argmax over long rows: the scan's first extremum, NaN first") {
