@@ -2,6 +2,7 @@
 // boundary between two of them, overflow, NaN), type promotion, factories, printing, to() and
 // its gradient, and the float32 accumulation of reductions and matmul.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -240,6 +241,67 @@ TEST_CASE("to(dtype) is differentiable: the gradient is cast back") {
   CHECK(x.grad().dtype() == kFloat32);
   // d/dx y^2 = 2y, computed in float16 (one rounding of 2y: exact) and cast back.
   CHECK(x.grad().to_vector<float>() == mul(y, 2.0).to(kFloat32).to_vector<float>());
+}
+
+// 16-bit elementwise ops take unit-stride runs a block of 256 at a time (widened to float, the
+// float op, rounded back) and other runs element by element: each way, every element must be
+// the float32 op's result rounded once. 601 elements: two blocks and a part, each with whole
+// vectors and a tail; values past float16's range and below its normals, zeros, inf, NaN.
+TEST_CASE("16-bit elementwise ops: the float32 op rounded once, in blocks and element by element") {
+  std::vector<float> xs = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-6f, -3e-7f, 7e4f, -7e4f};
+  while (xs.size() < 601) xs.push_back(-12.0f + 0.0401f * static_cast<float>(xs.size()));
+  std::vector<float> ys(xs.size());
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = 3.0f * std::cos(0.37f * static_cast<float>(i));
+  const int64_t n = static_cast<int64_t>(xs.size());
+  using Unary = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Unary>> unary = {
+      {"exp", +[](const Tensor& v) { return exp(v); }},
+      {"log", +[](const Tensor& v) { return log(v); }},
+      {"sqrt", +[](const Tensor& v) { return sqrt(v); }},
+      {"rsqrt", +[](const Tensor& v) { return rsqrt(v); }},
+      {"tanh", +[](const Tensor& v) { return tanh(v); }},
+      {"sigmoid", +[](const Tensor& v) { return sigmoid(v); }},
+      {"silu", +[](const Tensor& v) { return silu(v); }},
+      {"gelu", +[](const Tensor& v) { return gelu(v); }},
+      {"relu", +[](const Tensor& v) { return relu(v); }},
+      {"softplus", +[](const Tensor& v) { return softplus(v); }},
+      {"expm1", +[](const Tensor& v) { return expm1(v); }},
+      {"pow 2", +[](const Tensor& v) { return pow(v, 2.0); }},
+      {"pow 1/2", +[](const Tensor& v) { return pow(v, 0.5); }},
+      {"pow 1.7", +[](const Tensor& v) { return pow(v, 1.7); }},
+  };
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, Binary>> binary = {
+      {"add", +[](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"mul", +[](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", +[](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"maximum", +[](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"logaddexp", +[](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }},
+  };
+  const auto bits = [](const Tensor& t) {
+    std::vector<uint32_t> u;
+    for (float v : t.to_vector<float>())
+      u.push_back(v != v ? 0x7fc00000u : std::bit_cast<uint32_t>(v));
+    return u;
+  };
+  for (DType h : {kBFloat16, kFloat16}) {
+    const Tensor x = from_vector(xs, {n}).to(h), y = from_vector(ys, {n}).to(h);
+    const Tensor y0 = y.narrow(0, 1, 1).reshape({});  // a 0-d operand: broadcast along the run
+    // Element by element: every element of x read twice at stride 0.
+    const Tensor x2 = x.unsqueeze(1).expand({n, 2}), y2 = y.unsqueeze(1).expand({n, 2});
+    for (const auto& [name, op] : unary) {
+      INFO(std::string(name) << ", " << h);
+      const std::vector<uint32_t> want = bits(op(x.to(kFloat32)).to(h));
+      CHECK(bits(op(x)) == want);
+      CHECK(bits(op(x2).narrow(1, 1, 1)) == want);
+    }
+    for (const auto& [name, op] : binary) {
+      INFO(std::string(name) << ", " << h);
+      CHECK(bits(op(x, y)) == bits(op(x.to(kFloat32), y.to(kFloat32)).to(h)));
+      CHECK(bits(op(x2, y2).narrow(1, 0, 1)) == bits(op(x, y)));
+      CHECK(bits(op(x, y0)) == bits(op(x.to(kFloat32), y0.to(kFloat32)).to(h)));
+    }
+  }
 }
 
 TEST_CASE("reductions, softmax and matmul accumulate 16-bit inputs in float32, rounded once") {
