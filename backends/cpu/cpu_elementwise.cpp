@@ -237,6 +237,18 @@ constexpr bool kVectorBinary = std::is_same_v<T, float> &&
                                 std::is_same_v<Fn, scalar::binary_fn::SoftplusBackward> ||
                                 std::is_same_v<Fn, scalar::binary_fn::LogSigmoidBackward>);
 
+// The binary op on float vectors where it has that form (kVectorBinary), else nullptr: for the
+// float32 loops and the 16-bit blocks.
+template <class Fn>
+auto binary_on_vectors(Fn fn) {
+  if constexpr (kVectorBinary<Fn, float>) {
+    return [fn](simd::Vec<float> u, simd::Vec<float> v) { return fn(u, v); };
+  } else {
+    (void)fn;
+    return nullptr;
+  }
+}
+
 // where's runs of 4- and 8-byte elements a vector at a time, the condition's bytes widened to
 // lane masks: unit-stride runs, where a side may also be one element (stride 0: masked_fill, a
 // scalar's side). The plain loop compiles to a branch on the condition, which a random one
@@ -373,14 +385,7 @@ void CpuBackend::binary(BinaryOp op, const View& a, const View& b, const View& o
     using To = scalar::stored_t<decltype(fn), T>;
     const auto f = [fn](T u, T v) { return scalar::apply_binary(fn, u, v); };
     const auto ff = [fn](C u, C v) { return fn(u, v); };
-    // The op on float vectors (or nullptr), for the float32 loops and the 16-bit blocks.
-    const auto vf = [fn] {
-      if constexpr (kVectorBinary<decltype(fn), float>) {
-        return [fn](simd::Vec<float> u, simd::Vec<float> v) { return fn(u, v); };
-      } else {
-        return nullptr;
-      }
-    }();
+    const auto vf = binary_on_vectors(fn);
     if constexpr (kHalfBlocks<T, decltype(vf)>) {
       map2_half<To, T>(a, b, out, f, ff, vf);
     } else if constexpr (std::is_same_v<T, float>) {
