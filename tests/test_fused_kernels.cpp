@@ -194,10 +194,12 @@ TEST_CASE("the unary ops' one-pass backward gives the composite's bits") {
                                .slice(0, 0, 2 * n, 2)
                          : from_vector(xs, {n}).to(t);
       Tensor g = from_vector(gs, {n}).to(t);
-      for (const auto& [name, op] : ops) {
-        INFO(std::string(name) << (t == kFloat32 ? ", float32" : ", float64")
-                               << (strided ? ", strided" : ""));
-        auto dx = [&, op = op] {
+      for (const auto& [name_c, op_c] : ops) {
+        // Copies: doctest's INFO and dx capture them in lambdas.
+        const std::string name = name_c;
+        const auto op = op_c;
+        INFO(name << (t == kFloat32 ? ", float32" : ", float64") << (strided ? ", strided" : ""));
+        auto dx = [&] {
           Tensor leaf_x = x.detach().requires_grad_();
           return grad({op(leaf_x)}, {leaf_x}, {g})[0].to_vector<double>();
         };

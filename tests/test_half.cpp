@@ -289,14 +289,16 @@ TEST_CASE("16-bit elementwise ops: the float32 op rounded once, in blocks and el
     const Tensor y0 = y.narrow(0, 1, 1).reshape({});  // a 0-d operand: broadcast along the run
     // Element by element: every element of x read twice at stride 0.
     const Tensor x2 = x.unsqueeze(1).expand({n, 2}), y2 = y.unsqueeze(1).expand({n, 2});
-    for (const auto& [name, op] : unary) {
-      INFO(std::string(name) << ", " << h);
+    for (const auto& [name_c, op] : unary) {
+      const std::string name = name_c;  // a copy: doctest's INFO captures it in a lambda
+      INFO(name << ", " << h);
       const std::vector<uint32_t> want = bits(op(x.to(kFloat32)).to(h));
       CHECK(bits(op(x)) == want);
       CHECK(bits(op(x2).narrow(1, 1, 1)) == want);
     }
-    for (const auto& [name, op] : binary) {
-      INFO(std::string(name) << ", " << h);
+    for (const auto& [name_c, op] : binary) {
+      const std::string name = name_c;
+      INFO(name << ", " << h);
       CHECK(bits(op(x, y)) == bits(op(x.to(kFloat32), y.to(kFloat32)).to(h)));
       CHECK(bits(op(x2, y2).narrow(1, 0, 1)) == bits(op(x, y)));
       CHECK(bits(op(x, y0)) == bits(op(x.to(kFloat32), y0.to(kFloat32)).to(h)));
