@@ -9,13 +9,12 @@ namespace {
 
 using namespace elementwise_loops;
 
-// The float32 binary ops whose unit-stride runs evaluate their functors on whole simd vectors,
-// as cpu_elementwise.cpp's kVectorUnary: logaddexp (its composite's nine passes took 10.1-12.3
-// ms over 4M float32 on two Intel AVX-512 cores, one pass 2.1) and the backward formulas that
-// hold an exp.
-template <class Fn, class T>
-constexpr bool kVectorBinary = std::is_same_v<T, float> &&
-                               (std::is_same_v<Fn, scalar::binary_fn::LogAddExp> ||
+// The binary ops whose float32 unit-stride runs (and 16-bit blocks) evaluate their functors on
+// whole simd vectors of floats, as cpu_elementwise.cpp's kVectorUnary: logaddexp (its composite's
+// nine passes took 10.1-12.3 ms over 4M float32 on two Intel AVX-512 cores, one pass 2.1) and the
+// backward formulas that hold an exp.
+template <class Fn>
+constexpr bool kVectorBinary = (std::is_same_v<Fn, scalar::binary_fn::LogAddExp> ||
                                 std::is_same_v<Fn, scalar::binary_fn::SiluBackward> ||
                                 std::is_same_v<Fn, scalar::binary_fn::SoftplusBackward> ||
                                 std::is_same_v<Fn, scalar::binary_fn::LogSigmoidBackward>);
@@ -24,7 +23,7 @@ constexpr bool kVectorBinary = std::is_same_v<T, float> &&
 // float32 loops and the 16-bit blocks.
 template <class Fn>
 auto binary_on_vectors(Fn fn) {
-  if constexpr (kVectorBinary<Fn, float>) {
+  if constexpr (kVectorBinary<Fn>) {
     return [fn](simd::Vec<float> u, simd::Vec<float> v) { return fn(u, v); };
   } else {
     (void)fn;

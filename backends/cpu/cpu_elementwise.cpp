@@ -12,18 +12,17 @@ namespace {
 
 using namespace elementwise_loops;
 
-// The float32 ops whose unit-stride runs evaluate their functors on whole simd vectors: their
-// expressions take vectors as they are (exp through scalar::VectorMath, simd::exp) and give the
-// same bits as lane by lane, in fewer instructions than the compiler makes of the scalar code
-// (AVX-512: 2^n in one vscalefps). Over 4M float32 on two Intel AVX-512 cores: exp 0.89 ms ->
+// The ops whose float32 unit-stride runs (and 16-bit blocks, elementwise_loops.h) evaluate their
+// functors on whole simd vectors of floats: their expressions take vectors as they are (exp
+// through scalar::VectorMath, simd::exp) and give the same bits as lane by lane, in fewer
+// instructions than the compiler makes of the scalar code (AVX-512: 2^n in one vscalefps). Over 4M float32 on two Intel AVX-512 cores: exp 0.89 ms ->
 // 0.78 (the memory-bound pow(x, 2): 0.74), tanh 1.62 -> 1.15-1.21 (its division's share stays),
 // sigmoid 1.06-1.08 -> 0.67-0.68, silu 1.12 -> 0.67-0.69; sqrt 1.98-2.10 -> 0.69-0.74 and rsqrt
 // 3.55-3.68 -> 0.91-1.01 (std::sqrt may set errno, so their loops of scalars never vectorized);
 // log 4.47-4.64 -> 0.85-0.86 (glibc's logf per element before scalar::log_f32); expm1 22.6 ->
 // 0.91-0.99 and log1p 15.5 -> 1.04-1.15 (glibc's, before expm1_f32 and log1p_f32).
-template <class Fn, class T>
+template <class Fn>
 constexpr bool kVectorUnary =
-    std::is_same_v<T, float> &&
     (std::is_same_v<Fn, scalar::unary_fn::Exp> || std::is_same_v<Fn, scalar::unary_fn::Log> ||
      std::is_same_v<Fn, scalar::unary_fn::Expm1> || std::is_same_v<Fn, scalar::unary_fn::Log1p> ||
      std::is_same_v<Fn, scalar::unary_fn::Sqrt> || std::is_same_v<Fn, scalar::unary_fn::Rsqrt> ||
@@ -153,7 +152,7 @@ void CpuBackend::unary(UnaryOp op, const View& x, const View& out, double param)
     }
     const auto f = [fn, p](T v) { return scalar::apply_unary(fn, v, p); };
     const auto ff = [fn, p](C v) { return fn(v, p); };
-    if constexpr (kVectorUnary<decltype(fn), float>) {
+    if constexpr (kVectorUnary<decltype(fn)>) {
       run(f, ff, [fn](simd::Vec<float> v) { return fn(v, v); });
     } else {
       run(f, ff, nullptr);

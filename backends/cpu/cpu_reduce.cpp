@@ -358,7 +358,8 @@ void reduce_typed(ReduceOp op, const View& x, const View& out, const View& arg) 
     // keeps each row's sum and adds them in order, as the loop does (0 + s is s); an extremum
     // combines runs of rows, the first strictly better run or the first NaN winning, which
     // gives the loop's value and index. So the bits are the loop's, on any thread count. (sum
-    // and max of a 4096 x 1024 float32 matrix on one thread of two: 0.72-0.77x PyTorch.)
+    // and max of a 4096 x 1024 float32 matrix on two Intel AVX-512 cores: 0.62-0.66 ms on one
+    // thread, 0.37-0.38 so; PyTorch 0.44-0.51.)
     for (int64_t o = 0; o < n_out; ++o) {
       int64_t xoff, ooff;
       offsets(o, xoff, ooff);

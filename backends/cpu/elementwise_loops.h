@@ -196,7 +196,7 @@ template <class To, class Ti, class F, class FF, class VF = std::nullptr_t>
 void map2_half(const View& a, const View& b, const View& out, F f, FF ff, VF vf = nullptr) {
   map2_runs<To, Ti>(a, b, out, f, [&](int64_t n, To* dst, const Ti* x, const Ti* y, int64_t bs) {
     alignas(64) float xb[kHalfBlock], yb[kHalfBlock];
-    if (!bs) std::fill(yb, yb + kHalfBlock, static_cast<float>(*y));
+    if (!bs) std::fill(yb, yb + std::min(n, kHalfBlock), static_cast<float>(*y));
     for (int64_t i0 = 0; i0 < n; i0 += kHalfBlock) {
       const int64_t m = std::min(kHalfBlock, n - i0);
       widen(x + i0, xb, m);
